@@ -1,0 +1,62 @@
+"""Float64 reference for the plugin's ops, and the error each dtype is allowed.
+
+The tolerance is the classical bound for a dot product (Higham, *Accuracy and Stability of
+Numerical Algorithms*, 3.1): accumulating K products in fp32 errs by at most about
+K * u32 * sum_k |a_ik| |b_kj|, and rounding the result to the output dtype adds u_out * |c|.
+TF32 rounds each operand to a 10-bit mantissa first (2 * u_tf32 per product). A factor of
+2 covers the tensor cores' accumulation order. Any real bug (a dropped K slice, a wrong
+stride, a stale tile) shows up as an error of the order of a whole product, far above it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Unit roundoff (half an ulp at 1.0) of each dtype.
+UNIT_ROUNDOFF = {
+    torch.float64: 2.0**-53,
+    torch.float32: 2.0**-24,
+    torch.float16: 2.0**-11,
+    torch.bfloat16: 2.0**-8,
+}
+TF32_UNIT_ROUNDOFF = 2.0**-11
+
+
+def matmul_reference(a, b, bias=None, *, beta=1, alpha=1) -> torch.Tensor:
+    """alpha * (a @ b) + beta * bias in float64 (2-D or batched 3-D)."""
+    out = torch.matmul(a.double(), b.double()) * alpha
+    if bias is not None and beta != 0:
+        out = out + beta * bias.double()
+    return out
+
+
+def error_bound(a, b, bias=None, *, beta=1, alpha=1, out_dtype=None, tf32=False) -> torch.Tensor:
+    """Per-element bound on |kernel - reference| for these operands."""
+    out_dtype = out_dtype or a.dtype
+    K = a.shape[-1]
+    magnitude = abs(alpha) * torch.matmul(a.double().abs(), b.double().abs())
+    if bias is not None and beta != 0:
+        magnitude = magnitude + abs(beta) * bias.double().abs()
+    per_product = 2 * TF32_UNIT_ROUNDOFF if tf32 else 0.0
+    accumulate = (K + 2) * UNIT_ROUNDOFF[torch.float32] + per_product
+    reference = matmul_reference(a, b, bias, beta=beta, alpha=alpha)
+    return 2 * (accumulate * magnitude + UNIT_ROUNDOFF[out_dtype] * reference.abs()) + 1e-30
+
+
+def assert_matmul_close(out, a, b, bias=None, *, beta=1, alpha=1, tf32=False) -> None:
+    """Fail with the worst element when ``out`` is outside the bound (NaN always fails)."""
+    ref = matmul_reference(a, b, bias, beta=beta, alpha=alpha)
+    assert out.shape == ref.shape, f"shape: expected {tuple(ref.shape)}, got {tuple(out.shape)}"
+    assert out.dtype == a.dtype, f"dtype: expected {a.dtype}, got {out.dtype}"
+    if out.numel() == 0:
+        return
+    bound = error_bound(a, b, bias, beta=beta, alpha=alpha, out_dtype=out.dtype, tf32=tf32)
+    err = (out.double() - ref).abs()
+    bad = ~(err <= bound)  # NaN compares False, so NaN is bad
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(
+            f"{int(bad.sum())} of {out.numel()} elements outside the {out.dtype} bound; first at {idx}: "
+            f"got {out[idx].item()}, expected {ref[idx].item()}, |err| {err[idx].item():.3g} > "
+            f"bound {bound[idx].item():.3g}"
+        )

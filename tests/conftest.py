@@ -1,0 +1,33 @@
+"""Test setup: on a machine without CUDA, run the Triton kernels through the interpreter.
+
+TRITON_INTERPRET must be set before ``@triton.jit`` runs, i.e. before the package is
+imported, so it is set here, at collection, and never by the package itself.
+"""
+
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# The device every kernel test runs on: the GPU when there is one, else the CPU through
+# Triton's interpreter.
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_CUDA:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_seed():
+    # Fresh random inputs every run, but reproducible when a failure prints the seed.
+    seed = int.from_bytes(os.urandom(4), "little")
+    torch.manual_seed(seed)
+    yield seed

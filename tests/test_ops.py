@@ -1,0 +1,103 @@
+"""The ops against a float64 reference: every shape, dtype, layout, bias and scale."""
+
+import pytest
+import torch
+from cases import BIAS_SHAPES, DTYPES, LAYOUTS, SCALES, SHAPES, bias_of, operand, randn
+from conftest import DEVICE
+
+import inductor_mm_plugin  # noqa: F401  (registers the ops)
+from inductor_mm_plugin.ops.matmul import addmm_launch, bmm_launch, mm_launch
+from inductor_mm_plugin.ops.reference import assert_matmul_close
+
+ops = torch.ops.inductor_mm_plugin
+
+
+def poisoned(*shape, dtype):
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
+
+
+@pytest.mark.parametrize("M,N,K", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+def test_mm(M, N, K, dtype, ta, tb):
+    a = operand(M, K, dtype, transposed=ta)
+    b = operand(K, N, dtype, transposed=tb)
+    # Launcher with a NaN-poisoned output: an element the kernel skips stays NaN and fails.
+    out = mm_launch(a, b, out=poisoned(M, N, dtype=dtype))
+    assert_matmul_close(out, a, b)
+    # The op itself: new contiguous output.
+    c = ops.mm(a, b)
+    assert c.is_contiguous()
+    assert_matmul_close(c, a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_mm_sliced_operands(dtype):
+    M, N, K = 45, 37, 29
+    a = operand(M, K, dtype, sliced=True)
+    b = operand(K, N, dtype, sliced=True)
+    assert_matmul_close(mm_launch(a, b, out=poisoned(M, N, dtype=dtype)), a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bias_shape", BIAS_SHAPES)
+@pytest.mark.parametrize("beta,alpha", SCALES)
+def test_addmm(dtype, bias_shape, beta, alpha):
+    M, N, K = 37, 45, 29
+    a = operand(M, K, dtype)
+    b = operand(K, N, dtype, transposed=True)  # the nn.Linear layout
+    bias = bias_of(bias_shape, M, N, dtype)
+    out = addmm_launch(bias, a, b, beta, alpha, out=poisoned(M, N, dtype=dtype))
+    assert_matmul_close(out, a, b, bias, beta=beta, alpha=alpha)
+    c = ops.addmm(bias, a, b, beta=beta, alpha=alpha)
+    assert_matmul_close(c, a, b, bias, beta=beta, alpha=alpha)
+
+
+def test_addmm_beta_zero_ignores_nan_bias():
+    a, b = randn(20, 30, dtype=torch.float32), randn(30, 10, dtype=torch.float32)
+    bias = torch.full((10,), float("nan"), device=DEVICE)
+    out = ops.addmm(bias, a, b, beta=0, alpha=1.5)
+    assert not out.isnan().any()
+    assert_matmul_close(out, a, b, alpha=1.5)
+    # torch agrees on these semantics
+    torch.testing.assert_close(out, torch.addmm(bias, a, b, beta=0, alpha=1.5))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bias_shape", ["N", "MN"])
+def test_addmm_k_zero_is_scaled_bias(dtype, bias_shape):
+    M, N = 9, 13
+    a, b = randn(M, 0, dtype=dtype), randn(0, N, dtype=dtype)
+    bias = bias_of(bias_shape, M, N, dtype)
+    out = ops.addmm(bias, a, b, beta=0.5, alpha=3)
+    torch.testing.assert_close(out, (0.5 * bias.double()).expand(M, N).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("batch", [0, 1, 3])
+def test_bmm(dtype, ta, tb, batch):
+    M, N, K = 33, 17, 40
+    a = randn(batch, K, M, dtype=dtype).mT if ta else randn(batch, M, K, dtype=dtype)
+    b = randn(batch, N, K, dtype=dtype).mT if tb else randn(batch, K, N, dtype=dtype)
+    out = bmm_launch(a, b, out=poisoned(batch, M, N, dtype=dtype))
+    assert_matmul_close(out, a, b)
+    assert_matmul_close(ops.bmm(a, b), a, b)
+
+
+def test_bmm_strided_batch():
+    # Every other batch of a larger tensor, and a batch-broadcast weight (stride 0).
+    a = randn(6, 20, 24, dtype=torch.float16)[::2]
+    b = randn(1, 24, 12, dtype=torch.float16).expand(3, 24, 12)
+    assert b.stride(0) == 0
+    assert_matmul_close(bmm_launch(a, b, out=poisoned(3, 20, 12, dtype=torch.float16)), a, b)
+
+
+def test_output_metadata_matches_torch():
+    a, b = randn(5, 7, dtype=torch.bfloat16), randn(7, 3, dtype=torch.bfloat16).t().contiguous().t()
+    for got, want in [
+        (ops.mm(a, b), torch.mm(a, b)),
+        (ops.addmm(randn(3, dtype=torch.bfloat16), a, b), torch.addmm(randn(3, dtype=torch.bfloat16), a, b)),
+        (ops.bmm(a[None], b[None]), torch.bmm(a[None], b[None])),
+    ]:
+        assert (got.shape, got.dtype, got.device, got.stride()) == (want.shape, want.dtype, want.device, want.stride())
