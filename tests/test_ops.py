@@ -101,3 +101,40 @@ def test_output_metadata_matches_torch():
         (ops.bmm(a[None], b[None]), torch.bmm(a[None], b[None])),
     ]:
         assert (got.shape, got.dtype, got.device, got.stride()) == (want.shape, want.dtype, want.device, want.stride())
+
+
+def test_fp32_input_precision_follows_allow_tf32(monkeypatch):
+    from inductor_mm_plugin.ops import matmul as impl
+
+    monkeypatch.setattr(impl, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    assert impl._input_precision(torch.float32) == "tf32"
+    assert impl._input_precision(torch.bfloat16) == "ieee"
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    assert impl._input_precision(torch.float32) == "ieee"
+
+
+@pytest.mark.gpu
+def test_fp32_honours_tf32_on_gpu(monkeypatch):
+    from inductor_mm_plugin.ops.reference import matmul_reference
+
+    a, b = randn(256, 1024, dtype=torch.float32), randn(1024, 192, dtype=torch.float32)
+    ref = matmul_reference(a, b)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    ieee = ops.mm(a, b)
+    assert_matmul_close(ieee, a, b)  # the IEEE bound: TF32 rounding would break it
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    tf32 = ops.mm(a, b)
+    assert_matmul_close(tf32, a, b, tf32=True)
+    assert (tf32.double() - ref).abs().max() > 10 * (ieee.double() - ref).abs().max()
+
+
+@pytest.mark.gpu
+def test_profiler_shows_the_triton_kernel():
+    a, b = randn(512, 256, dtype=torch.bfloat16), randn(256, 128, dtype=torch.bfloat16)
+    ops.mm(a, b)  # autotune outside the profile
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        ops.mm(a, b)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    assert any("_matmul_kernel" in n for n in names), names
