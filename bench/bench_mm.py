@@ -29,6 +29,7 @@ import triton
 import triton.testing
 
 import inductor_mm_plugin
+from inductor_mm_plugin.ops.matmul import set_autotune
 from inductor_mm_plugin.ops.reference import assert_matmul_close
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -66,15 +67,23 @@ def time_ms(fn, cudagraph: bool) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def bench_row(cls, M, N, K, dtype_name, layout, copy_gbs):
+def bench_row(cls, M, N, K, dtype_name, layout, copy_gbs, tune):
     dtype = DTYPES[dtype_name]
     a, b = make_operands(M, N, K, dtype, layout)
     plugin = lambda: torch.ops.inductor_mm_plugin.mm(a, b)  # noqa: E731
     aten = lambda: torch.mm(a, b)  # noqa: E731
-    out = plugin()  # autotunes here, outside the timed region
-    assert_matmul_close(out, a, b, tf32=dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
+    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    assert_matmul_close(plugin(), a, b, tf32=tf32)  # heuristic config, compiled here
     cudagraph = cls == "skinny"
     aten_ms, plugin_ms = time_ms(aten, cudagraph), time_ms(plugin, cudagraph)
+    tuned_ms = None
+    if tune:
+        old = set_autotune(True)
+        try:
+            assert_matmul_close(plugin(), a, b, tf32=tf32)  # autotunes here, outside the timed region
+            tuned_ms = time_ms(plugin, cudagraph)
+        finally:
+            set_autotune(old)
     flops = 2.0 * M * N * K
     row = {
         "class": cls,
@@ -88,6 +97,8 @@ def bench_row(cls, M, N, K, dtype_name, layout, copy_gbs):
         "plugin_tflops": flops / plugin_ms / 1e9,
         "ratio": aten_ms / plugin_ms,
     }
+    if tuned_ms is not None:
+        row.update(tuned_ms=tuned_ms, tuned_tflops=flops / tuned_ms / 1e9, tuned_ratio=aten_ms / tuned_ms)
     if cudagraph:
         moved = (M * K + K * N + M * N) * a.element_size()
         row["cublas_bw_frac"] = moved / (aten_ms * 1e-3) / 1e9 / copy_gbs
@@ -107,15 +118,16 @@ def to_markdown(meta, rows):
         f"copy bandwidth measured in this run: {meta['copy_gbs']:.0f} GB/s. Median of do_bench "
         "(L2 flushed between reps); skinny rows under CUDA graphs. ratio = torch.mm time / plugin time.",
         "",
-        "| class | M×N×K | dtype | layout | torch.mm TFLOP/s | plugin TFLOP/s | ratio | plugin % of copy BW |",
-        "|---|---|---|---|---|---|---|---|",
+        "| class | M×N×K | dtype | layout | torch.mm TFLOP/s | plugin TFLOP/s | ratio | tuned TFLOP/s | tuned ratio | plugin % of copy BW |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         bw = f"{100 * r['plugin_bw_frac']:.0f}%" if "plugin_bw_frac" in r else ""
         M, N, K = r["shape"]
         lines.append(
             f"| {r['class']} | {M}×{N}×{K} | {r['dtype']} | {r['layout']} | {r['cublas_tflops']:.1f} | "
-            f"{r['plugin_tflops']:.1f} | {r['ratio']:.2f} | {bw} |"
+            f"{r['plugin_tflops']:.1f} | {r['ratio']:.2f} | {r.get('tuned_tflops', float('nan')):.1f} | "
+            f"{r.get('tuned_ratio', float('nan')):.2f} | {bw} |"
         )
     lines += ["", "| class | dtype | layout | geomean ratio | min ratio |", "|---|---|---|---|---|"]
     groups = sorted({(r["class"], r["dtype"], r["layout"]) for r in rows})
@@ -132,6 +144,7 @@ def main(argv=None):
     p.add_argument("--layouts", nargs="+", default=["row"], choices=["row", "linear"])
     p.add_argument("--out", default="bench/results")
     p.add_argument("--tag", default="mm")
+    p.add_argument("--tune", action="store_true", help="also time the autotuned kernel")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_mm.py times GPU kernels: it needs a CUDA device")
@@ -151,12 +164,12 @@ def main(argv=None):
         for dtype_name in args.dtypes:
             for layout in args.layouts:
                 for M, N, K in SHAPES[cls]:
-                    row = bench_row(cls, M, N, K, dtype_name, layout, copy_gbs)
+                    row = bench_row(cls, M, N, K, dtype_name, layout, copy_gbs, args.tune)
                     rows.append(row)
                     print(
                         f"{cls:7s} {M:6d}x{N:6d}x{K:6d} {dtype_name} {layout:6s} "
                         f"torch.mm {row['cublas_tflops']:7.1f}  plugin {row['plugin_tflops']:7.1f}  "
-                        f"ratio {row['ratio']:.3f}",
+                        f"ratio {row['ratio']:.3f}  tuned {row.get('tuned_ratio', float('nan')):.3f}",
                         flush=True,
                     )
     md = to_markdown(meta, rows)

@@ -138,3 +138,16 @@ def test_profiler_shows_the_triton_kernel():
         torch.cuda.synchronize()
     names = [e.name for e in prof.events()]
     assert any("_matmul_kernel" in n for n in names), names
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_autotuned_path(dtype):
+    from inductor_mm_plugin.ops.matmul import set_autotune
+
+    old = set_autotune(True)
+    try:
+        a, b = operand(70, 45, dtype), operand(45, 33, dtype, transposed=True)
+        bias = bias_of("N", 70, 33, dtype)
+        assert_matmul_close(addmm_launch(bias, a, b, 0.5, 2, out=poisoned(70, 33, dtype=dtype)), a, b, bias, beta=0.5, alpha=2)
+    finally:
+        set_autotune(old)

@@ -23,13 +23,14 @@ Order in this file: checks -> launcher -> custom ops -> fake -> autograd.
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from collections.abc import Sequence
 
 import torch
 import triton
 
-from ..kernels.matmul import interpreting, matmul_kernel
+from ..kernels.matmul import _matmul_kernel, heuristic_config, interpreting, matmul_kernel
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Element offsets inside one matrix are 32-bit in the kernel.
@@ -137,6 +138,19 @@ def _warn_fallback(op: str, reason: str) -> None:
 
 # --------------------------------------------------------------------------- launcher
 
+# Config choice: the shape heuristic by default (instant, no tuning storm on first call);
+# ``@triton.autotune`` over the config list when INDUCTOR_MM_PLUGIN_AUTOTUNE=1 or after
+# ``set_autotune(True)``.
+_AUTOTUNE = os.environ.get("INDUCTOR_MM_PLUGIN_AUTOTUNE", "0") not in ("", "0")
+
+
+def set_autotune(enabled: bool) -> bool:
+    """Choose between the shape heuristic (False) and autotuning (True); returns the old value."""
+    global _AUTOTUNE
+    old, _AUTOTUNE = _AUTOTUNE, bool(enabled)
+    return old
+
+
 
 def _device_guard(device: torch.device):
     # Launch on the tensors' device, not on whatever device happens to be current.
@@ -178,17 +192,24 @@ def launch_matmul(
     # even (cast_impl passes no rounding mode; triton 3.7.1 runtime/interpreter.py), so
     # the kernel stores fp32 and torch rounds. The GPU path stores bf16 directly.
     kernel_out = out.new_empty(out.shape, dtype=torch.float32) if interpreter_bf16 else out
+    args = (
+        a, b, kernel_out, bias_arg,
+        M, N, K,
+        *a.stride(), *b.stride(), *kernel_out.stride(), *bias_strides,
+        float(alpha), float(beta),
+    )  # fmt: skip
+    flags = dict(
+        HAS_BIAS=has_bias,
+        SCALE_ACC=alpha != 1,
+        INPUT_PRECISION=_input_precision(a.dtype),
+        INTERPRETER_BF16=interpreter_bf16,
+    )
     with _device_guard(a.device):
-        matmul_kernel[grid](
-            a, b, kernel_out, bias_arg,
-            M, N, K,
-            *a.stride(), *b.stride(), *kernel_out.stride(), *bias_strides,
-            float(alpha), float(beta),
-            HAS_BIAS=has_bias,
-            SCALE_ACC=alpha != 1,
-            INPUT_PRECISION=_input_precision(a.dtype),
-            INTERPRETER_BF16=interpreter_bf16,
-        )  # fmt: skip
+        if _AUTOTUNE:
+            matmul_kernel[grid](*args, **flags)
+        else:
+            cfg = heuristic_config(M, N, K, a.element_size())
+            _matmul_kernel[grid](*args, **flags, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if interpreter_bf16:
         out.copy_(kernel_out)
     return out
