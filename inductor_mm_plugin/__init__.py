@@ -1,11 +1,23 @@
 """inductor_mm_plugin: the project's own Triton matmul inside torch.compile.
 
 Importing the package registers the ops ``torch.ops.inductor_mm_plugin.mm``, ``.addmm``
-and ``.bmm`` and does nothing else: no Inductor config changes, no GPU work.
+and ``.bmm`` and does nothing else: no Inductor config changes, no GPU work. The Inductor
+integration (``inductor_options``) is imported when first used.
 """
 
 __version__ = "0.1.0"
 
 from .ops import KernelFallbackWarning, addmm, bmm, mm  # noqa: E402  (registers the ops)
+from .opt_in import opt_in, opt_out  # noqa: E402
 
-__all__ = ["KernelFallbackWarning", "__version__", "addmm", "bmm", "mm"]
+
+def inductor_options(*, select="auto", compete=False, **inductor_config):
+    """``options=`` for the stock ``torch.compile`` backend that route matmuls like the plugin
+    backend does: ``torch.compile(model, options=inductor_mm_plugin.inductor_options(select="all"))``.
+    """
+    from .inductor.backend import inductor_options as impl
+
+    return impl(select=select, compete=compete, **inductor_config)
+
+
+__all__ = ["KernelFallbackWarning", "__version__", "addmm", "bmm", "inductor_options", "mm", "opt_in", "opt_out"]

@@ -1,0 +1,63 @@
+"""The ``inductor_mm_plugin`` torch.compile backend, and the same routing for the stock backend.
+
+    torch.compile(model, backend="inductor_mm_plugin")                       # by name
+    torch.compile(model, backend="inductor_mm_plugin", options={"select": "opted_in", "compete": True})
+    torch.compile(model, backend="inductor_mm_plugin", mode="max-autotune")
+    torch.compile(model, options=inductor_mm_plugin.inductor_options(select="all"))   # stock backend
+
+The name is found through the ``torch_dynamo_backends`` entry point (pyproject.toml), which
+torch registers itself on the first lookup of an unknown backend name; the package never
+registers it at import (torch asserts on duplicate names).
+
+Options reach Inductor as ``compile_fx(..., config_patches=...)``: patches given that way
+also apply to the lazily compiled backward graph, which a ``config.patch`` context around
+the call would miss. Nothing changes Inductor's global config.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import compat
+from .lowering import register_lowerings
+from .options import PLUGIN_KEYS, PluginOptions, split_options
+from .routing import RoutePass, _root_from_dynamo
+from .selection import RootInfo
+
+
+def _route_pass(plugin: PluginOptions, inductor: dict[str, Any], root: RootInfo | None) -> RoutePass:
+    # Chain with a pass the user already placed in the slot: in the options, else globally.
+    existing = inductor.get(compat.PASS_SLOT, getattr(compat.inductor_config, compat.PASS_SLOT))
+    return RoutePass(plugin, root=root, chained=existing)
+
+
+def config_patches(
+    options: dict[str, Any] | None = None, mode: str | None = None, root: RootInfo | None = None
+) -> dict[str, Any]:
+    """Inductor config patches that route matmuls as ``options``/``mode`` ask."""
+    if options and mode:
+        raise ValueError("inductor_mm_plugin: pass either mode or options, not both (as torch.compile)")
+    plugin, inductor = split_options(options, compat.inductor_config_keys())
+    if mode:
+        inductor = dict(compat.list_mode_options(mode))
+    register_lowerings()
+    return {**inductor, compat.PASS_SLOT: _route_pass(plugin, inductor, root)}
+
+
+def backend(gm, example_inputs, *, mode: str | None = None, options: dict[str, Any] | None = None):
+    """The ``inductor_mm_plugin`` backend: stock Inductor plus the routing pass."""
+    patches = config_patches(options, mode, root=RootInfo.of(_root_from_dynamo()))
+    return compat.compile_fx(gm, example_inputs, config_patches=patches)
+
+
+def inductor_options(*, select="auto", compete: bool = False, **inductor_config: Any) -> dict[str, Any]:
+    """``options=`` for the stock backend that routes matmuls like the plugin backend.
+
+        torch.compile(model, options=inductor_mm_plugin.inductor_options(select="all"))
+
+    Extra keyword arguments are Inductor config keys (``max_autotune=True``, ...).
+    """
+    return config_patches({"select": select, "compete": compete, **inductor_config})
+
+
+__all__ = ["PLUGIN_KEYS", "backend", "config_patches", "inductor_options"]

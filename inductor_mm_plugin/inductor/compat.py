@@ -1,0 +1,91 @@
+"""Every private ``torch._inductor`` / ``torch._dynamo`` API the plugin touches, in one place.
+
+Supported: torch 2.11 (the GPU machine, triton 3.6) and torch 2.13 (CI, triton 3.7.1).
+``tests/test_compat.py`` imports each name here, so an API that moves fails one smoke test
+instead of a compile deep inside Inductor. Differences papered over:
+
+* ``autotune_select_algorithm`` returns a node on 2.11 and ``(node, choice)`` on 2.13.
+* ``config.post_grad_custom_pre_pass`` holds one pass on 2.11; 2.13 also takes a list.
+* ``ExternKernelChoice`` / ``TritonTemplate`` assert on duplicate names on both, and only
+  2.13 has a registry to look them up: the plugin keeps its own singletons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch._inductor import config as inductor_config  # noqa: F401
+from torch._inductor import list_mode_options  # noqa: F401
+from torch._inductor.compile_fx import compile_fx  # noqa: F401
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files  # noqa: F401
+from torch._inductor.kernel.bmm import aten_bmm  # noqa: F401
+from torch._inductor.kernel.mm import aten_addmm, aten_mm  # noqa: F401
+from torch._inductor.kernel.mm_common import mm_args  # noqa: F401
+from torch._inductor.lowering import lowerings, register_lowering  # noqa: F401
+from torch._inductor.select_algorithm import (  # noqa: F401
+    ExternKernelChoice,
+    autotune_select_algorithm,
+    extern_kernels,
+)
+from torch._inductor.virtualized import V
+
+TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+
+# The post-grad slot the routing pass lives in. The pre pass runs before Inductor's own
+# patterns, so it sees aten.addmm before they split it into mm + add on GPU
+# (unfuse_bias_add_to_pointwise) and routes the fused form.
+PASS_SLOT = "post_grad_custom_pre_pass"
+
+
+def select_algorithm(name: str, choices: list, input_nodes: list, layout) -> Any:
+    """``autotune_select_algorithm`` returning the node on every supported torch."""
+    result = autotune_select_algorithm(name, choices, input_nodes, layout)
+    return result[0] if isinstance(result, tuple) else result
+
+
+def current_fx_node() -> torch.fx.Node | None:
+    """The FX node Inductor is lowering right now (its metadata carries the routing decision)."""
+    graph = V.graph if V.graph is not None else None
+    return getattr(graph, "current_node", None)
+
+
+def passes_in_slot(value: Any) -> list:
+    """The passes a post-grad pass slot holds: None, one pass, or (2.13) a list of passes."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def inductor_config_keys() -> set[str]:
+    return set(inductor_config.get_config_copy())
+
+
+def dynamo_frame_locals() -> dict[str, Any] | None:
+    """The local variables of the frame Dynamo is compiling, or None outside a trace.
+
+    The plugin finds the compiled root module here (``self``): Dynamo's node metadata
+    (``nn_module_stack``) lists every submodule but never the root itself.
+    """
+    with contextlib.suppress(Exception):
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tx = InstructionTranslator.current_tx()
+        if tx is not None:
+            return dict(tx.f_locals)
+    return None
+
+
+def fresh_inductor_cache():
+    from torch._inductor.utils import fresh_cache
+
+    return fresh_cache()
+
+
+def run_and_get_code(fn, *args, **kwargs):
+    from torch._inductor.utils import run_and_get_code as impl
+
+    return impl(fn, *args, **kwargs)

@@ -1,0 +1,49 @@
+"""The plugin's options, validated once: ``select`` and ``compete``, beside Inductor's own keys."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any
+
+from .selection import SelectSpec, validate_select
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginOptions:
+    """Options of the plugin itself.
+
+    select:  which eligible matmuls are routed: "auto" (default), "all", "opted_in", or a
+             predicate ``select(site) -> bool`` (see ``inductor_mm_plugin.inductor.selection``).
+    compete: routed sites let Inductor's autotuner choose between the plugin kernel and
+             aten for each shape ("route only where faster"); off, a routed site always runs
+             the plugin kernel.
+    """
+
+    select: SelectSpec = "auto"
+    compete: bool = False
+
+    def __post_init__(self):
+        validate_select(self.select)
+        if not isinstance(self.compete, bool):
+            raise TypeError(f"inductor_mm_plugin: compete must be a bool, got {self.compete!r}")
+
+
+PLUGIN_KEYS = tuple(f.name for f in dataclasses.fields(PluginOptions))
+
+
+def split_options(options: dict[str, Any] | None, inductor_keys: set[str]) -> tuple[PluginOptions, dict[str, Any]]:
+    """Separate plugin keys from Inductor config keys; an unknown key is an error."""
+    options = dict(options or {})
+    plugin = {k: options.pop(k) for k in PLUGIN_KEYS if k in options}
+    unknown = sorted(k for k in options if k not in inductor_keys)
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, [*PLUGIN_KEYS, *inductor_keys], n=3)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ValueError(
+            f"inductor_mm_plugin: unknown option {key!r}.{hint} Valid keys: the plugin's "
+            f"{', '.join(map(repr, PLUGIN_KEYS))}, and any torch._inductor.config key "
+            "(e.g. 'max_autotune', 'triton.cudagraphs'; see torch._inductor.list_options())."
+        )
+    return PluginOptions(**plugin), options

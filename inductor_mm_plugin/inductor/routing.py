@@ -1,0 +1,175 @@
+"""The routing pass: replace the selected aten matmuls of a post-grad graph by the plugin's ops.
+
+It runs in Inductor's ``post_grad_custom_pre_pass`` slot, once on each forward graph and once
+on each (lazily compiled) backward graph. Nodes not selected are left exactly as they are.
+A pass the user already put in that slot runs first (torch 2.11 holds one object there).
+
+Cache correctness: Inductor's FX graph cache keys on the graph and on this pass's ``uuid()``,
+never on node metadata, where the module markers are read from. So ``uuid()`` covers the
+plugin's source and version, the options, the root module's marker, every marked class,
+and whether Triton interprets; a predicate it cannot fingerprint, or a chained pass without
+a uuid, makes it return None, which tells Inductor not to cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import inspect
+import logging
+import pathlib
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+
+from .. import __version__
+from ..kernels.matmul import interpreting
+from . import compat
+from .options import PluginOptions
+from .selection import MATMULS, IN, RootInfo, Site, decide, describe, ineligible_reason, marked_classes_fingerprint
+
+log = logging.getLogger("inductor_mm_plugin.routing")
+
+PLUGIN_OPS = {
+    "mm": torch.ops.inductor_mm_plugin.mm.default,
+    "addmm": torch.ops.inductor_mm_plugin.addmm.default,
+    "bmm": torch.ops.inductor_mm_plugin.bmm.default,
+}
+# Metadata carried from the aten node to the plugin node. ``val`` is the same fake tensor:
+# the plugin ops return exactly what aten's do (a new contiguous tensor, same dtype).
+COPIED_META = ("val", "tensor_meta", "nn_module_stack", "fwd_nn_module_stack", "custom", "stack_trace",
+               "seq_nr", "partitioner_tag", "source_fn_stack", "original_aten", "from_node")  # fmt: skip
+META_KEY = "inductor_mm_plugin"  # the routing decision, read by the lowering
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteRecord:
+    """A site and what the pass decided for it (what ``compare`` and the logs report)."""
+
+    site: Site
+    routed: bool
+    reason: str
+
+
+# Listeners that want every decision (``compare``); a context manager adds one.
+_listeners: list[Callable[[SiteRecord], None]] = []
+
+
+@contextlib.contextmanager
+def record_sites() -> Iterator[list[SiteRecord]]:
+    """Collect the SiteRecord of every site any routing pass decides while inside."""
+    records: list[SiteRecord] = []
+    _listeners.append(records.append)
+    try:
+        yield records
+    finally:
+        _listeners.remove(records.append)
+
+
+def _package_source_hash() -> str:
+    files = tuple(sorted(str(p) for p in pathlib.Path(__file__).resolve().parents[1].rglob("*.py")))
+    return compat.get_hash_for_files(files).hex()
+
+
+def _callable_fingerprint(fn) -> str | None:
+    """Source, closure and defaults of a predicate, or None when they cannot be read."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return None
+    closure = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
+    return f"{getattr(fn, '__qualname__', fn)}|{source}|{closure!r}|{getattr(fn, '__defaults__', None)!r}"
+
+
+def _root_from_dynamo() -> nn.Module | None:
+    frame = compat.dynamo_frame_locals()
+    if not frame:
+        return None
+    # Methods name their module "self"; Dynamo's resume functions keep the same name.
+    candidates = [frame.get("self"), *frame.values()]
+    return next((v for v in candidates if isinstance(v, nn.Module)), None)
+
+
+class RoutePass(compat.CustomGraphPass):
+    """Routes the selected ``aten.mm/addmm/bmm`` nodes to ``inductor_mm_plugin::mm/addmm/bmm``."""
+
+    def __init__(self, options: PluginOptions, root: RootInfo | None = None, chained=None):
+        self.options = options
+        self.chained = compat.passes_in_slot(chained)
+        # The plugin backend knows the root when it is called; with the stock backend the
+        # pass finds it in Dynamo's frame during the forward compile and keeps it for the
+        # backward compile, which runs later, outside the trace.
+        self._fixed_root = root
+        self._root = root or RootInfo()
+
+    def root(self) -> RootInfo:
+        if self._fixed_root is None:
+            module = _root_from_dynamo()
+            if module is not None:
+                self._root = RootInfo.of(module)
+        return self._root
+
+    # -- Inductor's CustomGraphPass interface
+
+    def uuid(self) -> str | None:
+        select = self.options.select
+        select_key = _callable_fingerprint(select) if callable(select) else select
+        chained = [p.uuid() if isinstance(p, compat.CustomGraphPass) else None for p in self.chained]
+        if select_key is None or any(u is None for u in chained):
+            return None  # Inductor bypasses its FX graph cache for this compile
+        key = (
+            "inductor_mm_plugin", __version__, _package_source_hash(), select_key, self.options.compete,
+            dataclasses.astuple(self.root()), marked_classes_fingerprint(), interpreting(), repr(chained),
+        )  # fmt: skip
+        return hashlib.sha256(repr(key).encode()).hexdigest()
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        for p in self.chained:
+            p(graph)
+        route_graph(graph, self.options, self.root())
+
+
+def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo) -> list[SiteRecord]:
+    nodes = [n for n in graph.nodes if n.op == "call_function" and n.target in MATMULS]
+    if not nodes:
+        return []
+    backward = any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes)
+    sites = [describe(n, root, backward) for n in nodes]
+    # A root we could not see (a plain function, or a backward compiled outside the trace)
+    # still counts as having opted-in modules when this graph shows one.
+    if not root.has_opted_in and any(s.opt == IN for s in sites):
+        root = dataclasses.replace(root, has_opted_in=True)
+    records = []
+    for node, site in zip(nodes, sites):
+        routed, reason = decide(site, ineligible_reason(node), options.select, root)
+        record = SiteRecord(site, routed, reason)
+        records.append(record)
+        if routed:
+            _replace(graph, node, site, options)
+            log.info("routed %s", site)
+        else:
+            log.info("not routed %s: %s", site, reason)
+        for listener in list(_listeners):
+            listener(record)
+    graph.lint()
+    return records
+
+
+def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, options: PluginOptions) -> None:
+    op = PLUGIN_OPS[site.op]
+    if site.op == "addmm":
+        bias, a, b = node.args[:3]
+        kwargs = {"beta": node.kwargs.get("beta", 1), "alpha": node.kwargs.get("alpha", 1)}
+        args = (bias, a, b)
+    else:
+        args, kwargs = tuple(node.args[:2]), {}
+    with graph.inserting_before(node):
+        new = graph.call_function(op, args, kwargs)
+    for key in COPIED_META:
+        if key in node.meta:
+            new.meta[key] = node.meta[key]
+    new.meta[META_KEY] = {"compete": options.compete, "site": str(site)}
+    node.replace_all_uses_with(new)
+    graph.erase_node(node)

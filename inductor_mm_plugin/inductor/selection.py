@@ -1,0 +1,213 @@
+"""Which matmul sites of a post-grad graph go to the plugin, and why the others do not.
+
+A *site* is one ``aten.mm`` / ``aten.addmm`` / ``aten.bmm`` node. It is routed when it is
+
+* **eligible**: the kernel takes its device, dtype, shapes and strides, and
+* **selected**: by ``select="all"`` (every eligible site), ``"opted_in"`` (sites inside a module
+  marked with ``opt_in``; backward matmuls follow their forward module), ``"auto"`` (the
+  default: ``"opted_in"`` when the compiled model has an opted-in module, else ``"all"``),
+  or a predicate ``select(site) -> bool``.
+
+``opt_out`` always wins: a site inside an opted-out module is never routed. Every site that
+is not routed carries a reason, logged on the ``inductor_mm_plugin.routing`` logger.
+
+Module markers live on classes (see ``inductor_mm_plugin.opt_in``): Dynamo's node metadata
+names each enclosing module's class, never the instance, and never the compiled root — so
+the root's marker is looked up once, from the frame Dynamo compiles, and passed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import weakref
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from ..kernels.matmul import interpreting
+from ..ops.matmul import SUPPORTED_DTYPES
+
+aten = torch.ops.aten
+MATMULS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm"}
+
+# ------------------------------------------------------------------------ markers
+
+MARKER_ATTR = "_inductor_mm_plugin_opt"
+IN, OUT = "in", "out"
+_marked_classes: weakref.WeakSet = weakref.WeakSet()
+
+
+def set_marker(cls: type, marker: str) -> None:
+    setattr(cls, MARKER_ATTR, marker)
+    _marked_classes.add(cls)
+
+
+def marker_of(cls_or_module) -> str | None:
+    """'in', 'out' or None for a module class or instance."""
+    cls = cls_or_module if isinstance(cls_or_module, type) else type(cls_or_module)
+    return getattr(cls, MARKER_ATTR, None)
+
+
+def marked_classes_fingerprint() -> list[tuple[str, str]]:
+    """A stable description of every marked class (part of the routing pass's cache key)."""
+    return sorted((f"{c.__module__}.{c.__qualname__}", str(marker_of(c))) for c in list(_marked_classes))
+
+
+@dataclasses.dataclass(frozen=True)
+class RootInfo:
+    """What the routing pass needs to know about the compiled root module."""
+
+    marker: str | None = None  # the root's own marker: it never appears in nn_module_stack
+    has_opted_in: bool = False  # any module in the model is opted in (for select="auto")
+
+    @staticmethod
+    def of(root: nn.Module | None) -> RootInfo:
+        if root is None:
+            return RootInfo()
+        return RootInfo(marker_of(root), any(marker_of(m) == IN for m in root.modules()))
+
+
+# -------------------------------------------------------------------------- sites
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """One matmul of a compiled graph, as a ``select`` predicate and the reports see it."""
+
+    op: str  # "mm", "addmm", "bmm"
+    module: str  # module path, e.g. "layers.0.mlp.up"; "" for the compiled root's own code
+    module_type: str  # class name of the innermost module, "" at the root
+    phase: str  # "forward" or "backward"
+    shapes: tuple  # shapes of (a, b) or (bias, a, b)
+    dtypes: tuple
+    strides: tuple
+    device: str
+    node: str  # the FX node's name in its graph
+    opt: str | None  # the closest module marker: "in", "out" or None
+
+    def __str__(self) -> str:
+        shapes = " ".join("x".join(map(str, s)) or "[]" for s in self.shapes)
+        where = self.module or "<root>"
+        return f"{self.phase} {self.op} {where} ({self.module_type or '-'}) [{shapes}] {self.dtypes[-1]}"
+
+
+def _clean_path(path: str) -> str:
+    # "L['self'].layers.0" -> "layers.0"; older spellings use "._modules['layers']".
+    path = re.sub(r"\._modules\['([^']*)'\]", r".\1", path)
+    path = re.sub(r"^L\['[^']*'\]\.?", "", path)
+    return path
+
+
+def _module_stack(node: torch.fx.Node) -> list[tuple[str, type]]:
+    """(path, class) of each enclosing module, outermost first (forward or backward node)."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
+    out = []
+    for entry in stack.values():
+        path, cls = entry[0], entry[1]
+        out.append((_clean_path(str(path)), cls if isinstance(cls, type) else type(None)))
+    return out
+
+
+def is_backward(node: torch.fx.Node) -> bool:
+    return node.meta.get("partitioner_tag") == "is_backward" or "fwd_nn_module_stack" in node.meta
+
+
+def _int(x) -> Any:
+    return int(x) if isinstance(x, int) or not isinstance(x, torch.SymInt) else x
+
+
+def describe(node: torch.fx.Node, root: RootInfo, graph_is_backward: bool = False) -> Site:
+    vals = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
+    stack = _module_stack(node)
+    opt = root.marker
+    for _, cls in stack:  # outermost to innermost: the innermost marker wins
+        opt = marker_of(cls) or opt
+    path, cls = stack[-1] if stack else ("", None)
+    return Site(
+        op=MATMULS[node.target],
+        module=path,
+        module_type=cls.__name__ if cls is not None else "",
+        phase="backward" if graph_is_backward or is_backward(node) else "forward",
+        shapes=tuple(tuple(_int(s) for s in v.shape) for v in vals),
+        dtypes=tuple(str(v.dtype).replace("torch.", "") for v in vals),
+        strides=tuple(tuple(_int(s) for s in v.stride()) for v in vals),
+        device=str(vals[0].device) if vals else "",
+        node=node.name,
+        opt=opt,
+    )
+
+
+# -------------------------------------------------------------------- eligibility
+
+
+def _has_unit_stride(v: torch.Tensor) -> bool:
+    if v.dim() < 2:
+        return True
+    return any(statically_known_true(v.stride(d) == 1) or statically_known_true(v.size(d) <= 1) for d in (-1, -2))
+
+
+def ineligible_reason(node: torch.fx.Node) -> str | None:
+    """Why the plugin kernel cannot take this site, or None when it can."""
+    vals = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
+    if any(not isinstance(v, torch.Tensor) for v in vals):
+        return "operand metadata missing (no 'val' on an input node)"
+    dtypes = {v.dtype for v in vals}
+    if len(dtypes) != 1:
+        return f"mixed dtypes {sorted(map(str, dtypes))}"
+    dtype = vals[0].dtype
+    if dtype not in SUPPORTED_DTYPES:
+        return f"dtype {dtype} is not supported by the kernel (float16, bfloat16, float32)"
+    device = vals[0].device
+    if device.type == "cpu" and not interpreting():
+        return "CPU tensors need Triton's interpreter (TRITON_INTERPRET=1 before import)"
+    if device.type not in ("cpu", "cuda"):
+        return f"device {device} is not supported by the kernel"
+    operands = vals[-2:]  # a and b (addmm's bias reads any strides in the epilogue)
+    for name, v in zip(("a", "b"), operands):
+        if not _has_unit_stride(v):
+            return (
+                f"operand {name} has strides {tuple(v.stride())} with no unit-stride dimension: the kernel "
+                "would read it uncoalesced; stock Inductor lays it out first"
+            )
+    return None
+
+
+# ---------------------------------------------------------------------- selection
+
+SelectSpec = Any  # "all" | "opted_in" | "auto" | Callable[[Site], bool]
+SELECT_MODES = ("auto", "all", "opted_in")
+
+
+def validate_select(select: SelectSpec) -> None:
+    if callable(select) or select in SELECT_MODES:
+        return
+    raise ValueError(
+        f"inductor_mm_plugin: select must be one of {', '.join(map(repr, SELECT_MODES))} or a callable "
+        f"taking a Site and returning bool, got {select!r}"
+    )
+
+
+def decide(site: Site, ineligible: str | None, select: SelectSpec, root: RootInfo) -> tuple[bool, str]:
+    """(routed, reason): the reason says why a site is not routed ('' when it is)."""
+    if ineligible:
+        return False, f"not eligible: {ineligible}"
+    if site.opt == OUT:
+        return False, "inside an opted-out module (opt_out)"
+    if callable(select):
+        ok = bool(select(site))
+        return ok, "" if ok else "the select predicate returned False"
+    mode = select
+    if mode == "auto":
+        mode = "opted_in" if root.has_opted_in else "all"
+    if mode == "all":
+        return True, ""
+    if site.opt == IN:
+        return True, ""
+    why = "select='opted_in'" if select == "opted_in" else "select='auto' and the model has opted-in modules"
+    return False, f"not inside an opted-in module ({why})"
+
+
+PredicateType = Callable[[Site], bool]

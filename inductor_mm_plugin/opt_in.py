@@ -1,0 +1,66 @@
+"""``opt_in`` / ``opt_out``: choose, module by module, which matmuls go to the plugin.
+
+    @inductor_mm_plugin.opt_in            # a class: every instance, subclasses too
+    class MLP(nn.Module): ...
+
+    model.attn = inductor_mm_plugin.opt_in(model.attn)    # one instance
+    inductor_mm_plugin.opt_out(model.attn.proj)           # a subtree stays on stock Inductor
+
+Nested modules inherit their closest marked ancestor's choice: the innermost marker wins,
+and ``opt_out`` wins over every ``select`` mode.
+
+How it is recorded: Dynamo writes each matmul's enclosing modules into the graph's node
+metadata as ``(path, class)`` pairs (``nn_module_stack``; ``fwd_nn_module_stack`` on backward
+nodes): the class, never the instance. So the marker lives on a class. Decorating a class
+sets an attribute on it; marking an instance swaps its ``__class__`` for a marked subclass
+(``isinstance`` still holds; marking many instances of one class reuses one subclass).
+Markers survive graph breaks because they depend on no traced code.
+"""
+
+from __future__ import annotations
+
+import torch.nn as nn
+
+from .inductor.selection import IN, OUT, set_marker
+
+# (original class, marker) -> its marked subclass
+_instance_classes: dict[tuple[type, str], type] = {}
+
+
+def _mark(target, marker: str):
+    what = f"inductor_mm_plugin.opt_{marker}"
+    if isinstance(target, type):
+        if not issubclass(target, nn.Module):
+            raise TypeError(f"{what}: expected an nn.Module class or instance, got class {target.__qualname__}")
+        set_marker(target, marker)
+        return target
+    if not isinstance(target, nn.Module):
+        raise TypeError(f"{what}: expected an nn.Module class or instance, got {type(target).__name__}")
+    base = type(target)
+    if base.__dict__.get("_inductor_mm_plugin_instance_class"):
+        base = base.__mro__[1]  # re-marking an instance: derive from its original class
+    cls = _instance_classes.get((base, marker))
+    if cls is None:
+        cls = type(
+            base.__name__,
+            (base,),
+            {
+                "_inductor_mm_plugin_instance_class": True,
+                "__module__": base.__module__,
+                "__qualname__": f"{base.__qualname__}[opt_{marker}]",
+            },
+        )
+        set_marker(cls, marker)
+        _instance_classes[(base, marker)] = cls
+    target.__class__ = cls
+    return target
+
+
+def opt_in(target):
+    """Route the matmuls of this module class or instance (and of every module inside it)."""
+    return _mark(target, IN)
+
+
+def opt_out(target):
+    """Keep the matmuls of this module class or instance (and inside it) on stock Inductor."""
+    return _mark(target, OUT)

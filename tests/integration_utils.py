@@ -1,0 +1,76 @@
+"""Helpers for compiled-graph tests: compile, run, read the generated code, count calls."""
+
+import re
+
+import torch
+import torch.nn as nn
+from conftest import DEVICE
+from torch._inductor.utils import fresh_cache as fresh_inductor_cache
+from torch._inductor.utils import run_and_get_code
+
+PLUGIN_CALL = re.compile(r"extern_kernels\.inductor_mm_plugin_(mm|addmm|bmm)\(")
+# Stock Inductor's matmuls on CPU/GPU: aten extern kernels (or its own bias_addmm).
+STOCK_CALL = re.compile(r"extern_kernels\.(mm|addmm|bmm|bias_addmm)\(")
+
+
+def count_calls(codes):
+    """(plugin calls, stock aten matmul calls) over all generated code."""
+    text = "\n".join(codes)
+    return len(PLUGIN_CALL.findall(text)), len(STOCK_CALL.findall(text))
+
+
+def run_compiled(model, *inputs, train=False, fresh_cache=True, **compile_kwargs):
+    """Compile, run (forward, and backward when train), return (output, grads, codes).
+
+    A fresh Inductor cache by default: a cache hit skips the routing pass, and these tests
+    read what the pass decided. tests/test_cache.py tests the cache itself.
+    """
+    if fresh_cache:
+        with fresh_inductor_cache():
+            return run_compiled(model, *inputs, train=train, fresh_cache=False, **compile_kwargs)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, **compile_kwargs)
+
+    def step():
+        out = compiled(*inputs)
+        grads = None
+        if train:
+            out.float().square().sum().backward()
+            grads = [p.grad.clone() for p in model.parameters()]
+        return out, grads
+
+    (out, grads), codes = run_and_get_code(step)
+    return out, grads, codes
+
+
+class MLP(nn.Module):
+    def __init__(self, d=16, f=32, dtype=torch.float32):
+        super().__init__()
+        self.up = nn.Linear(d, f, device=DEVICE, dtype=dtype)
+        self.down = nn.Linear(f, d, device=DEVICE, dtype=dtype)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+class Attention(nn.Module):
+    def __init__(self, d=16, dtype=torch.float32):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d, device=DEVICE, dtype=dtype)
+        self.proj = nn.Linear(d, d, device=DEVICE, dtype=dtype)
+
+    def forward(self, x):  # x: (batch, seq, d)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = torch.bmm(q, k.transpose(1, 2)) * q.shape[-1] ** -0.5
+        return self.proj(torch.bmm(scores.softmax(-1), v))
+
+
+class Block(nn.Module):
+    def __init__(self, d=16, dtype=torch.float32):
+        super().__init__()
+        self.attn = Attention(d, dtype)
+        self.mlp = MLP(d, 2 * d, dtype)
+
+    def forward(self, x):
+        x = x + self.attn(x)
+        return x + self.mlp(x)

@@ -1,0 +1,48 @@
+"""Smoke test of every private torch API the plugin touches (inductor_mm_plugin/inductor/compat.py)."""
+
+import torch
+
+from inductor_mm_plugin.inductor import compat
+
+
+def test_private_apis_exist():
+    assert callable(compat.compile_fx)
+    assert callable(compat.register_lowering) and isinstance(compat.lowerings, dict)
+    assert callable(compat.mm_args) and callable(compat.autotune_select_algorithm)
+    assert isinstance(compat.aten_mm, compat.ExternKernelChoice)
+    assert isinstance(compat.aten_addmm, compat.ExternKernelChoice)
+    assert isinstance(compat.aten_bmm, compat.ExternKernelChoice)
+    assert hasattr(compat.inductor_config, compat.PASS_SLOT)
+    assert {"max_autotune", compat.PASS_SLOT} <= compat.inductor_config_keys()
+    assert compat.list_mode_options("max-autotune-no-cudagraphs")["max_autotune"] is True
+    assert compat.TORCH_VERSION >= (2, 11)
+    assert {"uuid", "__call__"} <= set(dir(compat.CustomGraphPass))
+    assert isinstance(compat.get_hash_for_files((__file__,)), bytes)
+
+
+def test_helpers():
+    assert compat.passes_in_slot(None) == []
+    p = object()
+    assert compat.passes_in_slot(p) == [p]
+    assert compat.passes_in_slot([p, p]) == [p, p]
+    assert compat.dynamo_frame_locals() is None  # not inside a Dynamo trace
+    assert compat.current_fx_node() is None  # not inside a lowering
+
+
+def test_select_algorithm_unwraps_both_return_conventions(monkeypatch):
+    monkeypatch.setattr(compat, "autotune_select_algorithm", lambda *a: ("node", "choice"))
+    assert compat.select_algorithm("n", [], [], None) == "node"
+    monkeypatch.setattr(compat, "autotune_select_algorithm", lambda *a: "node")
+    assert compat.select_algorithm("n", [], [], None) == "node"
+
+
+def test_dynamo_frame_locals_inside_a_trace():
+    seen = {}
+
+    def backend(gm, example_inputs):
+        seen.update(compat.dynamo_frame_locals() or {})
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(lambda marker_arg: marker_arg + 1, backend=backend)(torch.ones(2))
+    assert "marker_arg" in seen
