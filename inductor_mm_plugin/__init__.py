@@ -20,4 +20,13 @@ def inductor_options(*, select="auto", compete=False, **inductor_config):
     return impl(select=select, compete=compete, **inductor_config)
 
 
-__all__ = ["KernelFallbackWarning", "__version__", "addmm", "bmm", "inductor_options", "mm", "opt_in", "opt_out"]
+def compare(model, example_inputs, **kwargs):
+    """A/B comparison of the plugin against stock Inductor; see ``inductor_mm_plugin.compare``."""
+    from .compare import compare as impl
+
+    return impl(model, example_inputs, **kwargs)
+
+
+__all__ = [
+    "KernelFallbackWarning", "__version__", "addmm", "bmm", "compare", "inductor_options", "mm", "opt_in", "opt_out",
+]  # fmt: skip

@@ -25,14 +25,14 @@ from .routing import RoutePass, _root_from_dynamo
 from .selection import RootInfo
 
 
-def _route_pass(plugin: PluginOptions, inductor: dict[str, Any], root: RootInfo | None) -> RoutePass:
+def _route_pass(plugin: PluginOptions, inductor: dict[str, Any], root: RootInfo | None, label) -> RoutePass:
     # Chain with a pass the user already placed in the slot: in the options, else globally.
     existing = inductor.get(compat.PASS_SLOT, getattr(compat.inductor_config, compat.PASS_SLOT))
-    return RoutePass(plugin, root=root, chained=existing)
+    return RoutePass(plugin, root=root, chained=existing, label=label)
 
 
 def config_patches(
-    options: dict[str, Any] | None = None, mode: str | None = None, root: RootInfo | None = None
+    options: dict[str, Any] | None = None, mode: str | None = None, root: RootInfo | None = None, label=None
 ) -> dict[str, Any]:
     """Inductor config patches that route matmuls as ``options``/``mode`` ask."""
     if options and mode:
@@ -41,7 +41,7 @@ def config_patches(
     if mode:
         inductor = dict(compat.list_mode_options(mode))
     register_lowerings()
-    return {**inductor, compat.PASS_SLOT: _route_pass(plugin, inductor, root)}
+    return {**inductor, compat.PASS_SLOT: _route_pass(plugin, inductor, root, label)}
 
 
 def backend(gm, example_inputs, *, mode: str | None = None, options: dict[str, Any] | None = None):

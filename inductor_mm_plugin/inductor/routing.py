@@ -51,6 +51,7 @@ class SiteRecord:
     site: Site
     routed: bool
     reason: str
+    graph: object = None  # the RoutePass's label: which captured graph (``compare``)
 
 
 # Listeners that want every decision (``compare``); a context manager adds one.
@@ -95,8 +96,9 @@ def _root_from_dynamo() -> nn.Module | None:
 class RoutePass(compat.CustomGraphPass):
     """Routes the selected ``aten.mm/addmm/bmm`` nodes to ``inductor_mm_plugin::mm/addmm/bmm``."""
 
-    def __init__(self, options: PluginOptions, root: RootInfo | None = None, chained=None):
+    def __init__(self, options: PluginOptions, root: RootInfo | None = None, chained=None, label=None):
         self.options = options
+        self.label = label  # copied into each SiteRecord; not part of the cache key
         self.chained = compat.passes_in_slot(chained)
         # The plugin backend knows the root when it is called; with the stock backend the
         # pass finds it in Dynamo's frame during the forward compile and keeps it for the
@@ -128,10 +130,10 @@ class RoutePass(compat.CustomGraphPass):
     def __call__(self, graph: torch.fx.Graph) -> None:
         for p in self.chained:
             p(graph)
-        route_graph(graph, self.options, self.root())
+        route_graph(graph, self.options, self.root(), self.label)
 
 
-def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo) -> list[SiteRecord]:
+def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, label=None) -> list[SiteRecord]:
     nodes = [n for n in graph.nodes if n.op == "call_function" and n.target in MATMULS]
     if not nodes:
         return []
@@ -144,7 +146,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo) -
     records = []
     for node, site in zip(nodes, sites):
         routed, reason = decide(site, ineligible_reason(node), options.select, root)
-        record = SiteRecord(site, routed, reason)
+        record = SiteRecord(site, routed, reason, label)
         records.append(record)
         if routed:
             _replace(graph, node, site, options)

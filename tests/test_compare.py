@@ -1,0 +1,201 @@
+"""The A/B comparison: report structure and values, JSON, text, CLI end to end and its errors."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import expecttest
+import pytest
+import torch
+import torch.nn as nn
+from conftest import DEVICE
+from integration_utils import MLP
+
+import inductor_mm_plugin
+from inductor_mm_plugin import cli
+from inductor_mm_plugin.compare import CompareError, compare
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def mlp_with_opted_out_down():
+    model = MLP()
+    inductor_mm_plugin.opt_out(model.down)
+    return model, (torch.randn(8, 16, device=DEVICE),)
+
+
+@pytest.fixture(scope="module")
+def mlp_report():
+    torch.manual_seed(0)
+    model, inputs = mlp_with_opted_out_down()
+    with torch.no_grad():
+        return compare(model, inputs, options={"select": "all"})
+
+
+def test_report_values(mlp_report):
+    r = mlp_report
+    assert r.ok and r.model["ok"]
+    assert len(r.graphs) == 1
+    g = r.graphs[0]
+    assert (g.sites, g.routed) == (2, 1)
+    # fp32 through the plugin: IEEE accumulation, far inside the fp32 tolerance
+    assert g.plugin_err.max_rel < 1e-5 and r.model["plugin_err"].max_rel < 1e-5
+    assert g.stock is not None and g.plugin is not None and g.speedup > 0
+    up, down = sorted(r.sites, key=lambda s: s.module, reverse=True)
+    assert (up.module, up.routed, up.reason) == ("up", True, "")
+    assert (down.module, down.routed, down.reason) == ("down", False, "inside an opted-out module (opt_out)")
+    assert up.plugin_ms is not None and up.aten_ms is not None  # routed sites are timed
+    assert down.plugin_ms is None
+    assert r.timing_meaningful == (DEVICE == "cuda")
+    assert r.reference.startswith("float64 eager")
+
+
+def test_json_round_trip(mlp_report, tmp_path):
+    path = tmp_path / "ab.json"
+    mlp_report.to_json(path)
+    data = json.loads(path.read_text())
+    assert set(data["versions"]) == {"torch", "triton", "plugin"}
+    assert data["versions"]["plugin"] == inductor_mm_plugin.__version__
+    assert {"device", "graphs", "sites", "model", "ok"} <= set(data)
+    for key in ("stock_ms", "plugin_ms", "speedup", "stock_err", "plugin_err"):
+        assert key in data["graphs"][0]
+    for key in ("graph", "module", "op", "shapes", "dtype", "routed", "reason"):
+        assert key in data["sites"][0]
+    assert data["sites"][0]["shapes"] == [[32], [8, 16], [16, 32]]
+    assert data["graphs"][0]["plugin_err"]["max_rel"] == mlp_report.graphs[0].plugin_err.max_rel
+
+
+class TestReportText(expecttest.TestCase):
+    def test_site_table(self):
+        torch.manual_seed(0)
+        model, inputs = mlp_with_opted_out_down()
+        with torch.no_grad():
+            report = compare(model, inputs, options={"select": "all"}, timing=False)
+        self.assertExpectedInline(
+            report.site_table(),
+            """\
+graph  phase    module  op     shapes         dtype    layout   routed  reason
+-----  -------  ------  -----  -------------  -------  -------  ------  ------------------------------------
+0      forward  up      addmm  32 8x16 16x32  float32  row col  yes
+0      forward  down    addmm  16 8x32 32x16  float32  row col  no      inside an opted-out module (opt_out)""",
+        )
+        text = str(report)
+        assert "verdict: PASS" in text and "graphs:" in text and "sites:" in text
+        md = report.to_markdown()
+        assert md.startswith("### inductor_mm_plugin A/B") and "| 0 | forward | up | addmm |" in md
+
+
+def test_training_step_reports_gradients_and_backward_sites():
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import train_step
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    model, inputs = train_step.make()
+    report = compare(model, inputs, timing=False)
+    assert report.ok
+    assert {s.phase for s in report.sites} == {"forward", "backward"}
+    assert all(s.routed for s in report.sites)
+    assert "model.mlp.down.weight" in report.model["grads"]
+    assert all(g["plugin_err"].max_rel < 1e-4 for g in report.model["grads"].values())
+
+
+def test_graph_break_gives_two_graphs():
+    class Broken(MLP):
+        def forward(self, x):
+            h = torch.relu(self.up(x))
+            torch._dynamo.graph_break()
+            return self.down(h)
+
+    with torch.no_grad():
+        report = compare(Broken(), (torch.randn(4, 16, device=DEVICE),), timing=False)
+    assert [g.index for g in report.graphs] == [0, 1]
+    assert [(s.graph, s.module) for s in report.sites] == [(0, "up"), (1, "down")]
+    assert all(g.ok and g.plugin_err is not None for g in report.graphs)
+
+
+def test_no_matmul_is_a_clear_error():
+    with pytest.raises(CompareError, match="has no matmul"):
+        compare(nn.ReLU(), (torch.randn(4, 4),), timing=False)
+
+
+def test_progress_goes_to_stderr(capsys):
+    with torch.no_grad():
+        compare(MLP(), (torch.randn(4, 16, device=DEVICE),), timing=False, quiet=False)
+    err = capsys.readouterr().err
+    assert "float64 eager reference" in err and "compiling the stock and plugin arms" in err and "done" in err
+
+
+def test_plot(mlp_report, tmp_path):
+    pytest.importorskip("matplotlib")
+    mlp_report.plot(tmp_path / "ab.png")
+    assert (tmp_path / "ab.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------------- CLI
+
+
+def run_cli(*args, cwd=None, interpret=False):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, "-m", "inductor_mm_plugin", *args], capture_output=True, text=True,
+                          timeout=900, cwd=cwd, env=env)  # fmt: skip
+
+
+def test_cli_end_to_end(tmp_path):
+    # Without TRITON_INTERPRET on a CPU machine: the CLI re-runs itself under the interpreter.
+    res = run_cli("compare", f"{EXAMPLES}/mlp.py:make", "--json", str(tmp_path / "ab.json"),
+                  "--markdown", str(tmp_path / "ab.md"), "--strict", "--no-timing")  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "verdict: PASS" in res.stdout
+    assert "compiling the stock and plugin arms" in res.stderr  # progress
+    data = json.loads((tmp_path / "ab.json").read_text())
+    assert data["ok"] and all(s["routed"] for s in data["sites"])
+    assert (tmp_path / "ab.md").read_text().startswith("### inductor_mm_plugin A/B")
+
+
+def write_target(tmp_path, body):
+    path = tmp_path / "target.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("def make():\n    raise ValueError('no weights here')\n", "the factory .* failed: ValueError: no weights here"),
+        ("import torch\ndef make():\n    return torch.nn.ReLU(), (torch.randn(3, 3),)\n", "has no matmul"),
+        ("import torch\ndef make():\n    return (lambda x: x @ torch.ones(5, 2)), (torch.randn(3, 4),)\n",
+         "does not run eagerly: RuntimeError"),
+    ],
+)  # fmt: skip
+def test_cli_errors_are_one_clear_line(tmp_path, body, message):
+    res = run_cli("compare", f"{write_target(tmp_path, body)}:make", "--quiet", interpret=True)
+    assert res.returncode == cli.EXIT_ERROR, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr
+    import re
+
+    assert re.search(message, res.stderr), res.stderr
+
+
+def test_cli_bad_target(tmp_path):
+    res = run_cli("compare", "no_such_file.py:make", interpret=True)
+    assert res.returncode == cli.EXIT_ERROR and "no such file: no_such_file.py" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_strict_exits_nonzero_on_numerics_failure(monkeypatch, capsys):
+    class Failing:
+        ok = False
+
+        def __str__(self):
+            return "verdict: FAIL"
+
+    monkeypatch.setattr("inductor_mm_plugin.compare.compare", lambda *a, **k: Failing())
+    target = f"{EXAMPLES}/mlp.py:make"
+    assert cli.main(["compare", target, "--strict", "--quiet"]) == cli.EXIT_NUMERICS
+    assert cli.main(["compare", target, "--quiet"]) == 0
