@@ -7,10 +7,14 @@ BATCH = 1. Every operand is addressed through its own strides, so transposed and
 views (a ``Linear`` weight arrives as a transposed view) are read in place. The bias is
 addressed through strides too: a broadcast bias has stride 0 on its broadcast dims.
 
+This is the general path: any strides, any alignment, batches. Aligned single matrices
+go to the persistent TMA kernel in ``matmul_tma.py`` instead (the launcher decides); the
+configs of both kernels are chosen in ``configs.py`` (heuristic) and ``tuning.py``
+(optional autotuning with a disk cache).
+
 Structure (from the design document in shared/reference): one program per
 BLOCK_M x BLOCK_N output tile, decoded from a 1-D program id; a K loop over BLOCK_K
-slices into an fp32 accumulator; masked loads and stores; ``@triton.autotune`` over tile
-sizes, ``num_warps`` and ``num_stages`` keyed on the problem shape. Added on top:
+slices into an fp32 accumulator; masked loads and stores. Added on top:
 
 * grouped (L2-swizzled) tile order: GROUP_M row-tiles share the same B column panel;
 * the batch index is folded into the 1-D program id (grid axis 1 is capped at 65535);
@@ -19,7 +23,8 @@ sizes, ``num_warps`` and ``num_stages`` keyed on the problem shape. Added on top
 
 Dtypes: fp16, bf16, fp32 in; output in the input dtype; fp32 accumulation.
 Known gaps: 32-bit element offsets inside one matrix (the launcher sends larger
-operands to aten); no split-K, so skinny and large-K shapes under-fill the GPU.
+operands to aten); no split-K here (the TMA kernel has it); operands whose rows are not
+16-byte aligned load narrowly, without cp.async pipelining.
 """
 
 from __future__ import annotations
@@ -40,104 +45,6 @@ def interpreting() -> bool:
 
 
 _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-# Shared memory per block on the H200 (sm_90): Triton's configs that need more fail
-# with "out of resource: Required 262144, Hardware limit 232448".
-SMEM_LIMIT_BYTES = 232448
-
-
-def _config(bm, bn, bk, group_m, num_warps, num_stages) -> triton.Config:
-    return triton.Config(
-        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m},
-        num_warps=num_warps,
-        num_stages=num_stages,
-    )
-
-
-def _gpu_configs() -> list[triton.Config]:
-    rows = [
-        # BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages
-        (128, 256, 64, 8, 8, 3),
-        (256, 128, 64, 8, 8, 3),
-        (128, 128, 64, 8, 8, 4),
-        (128, 128, 64, 8, 4, 4),
-        (64, 256, 64, 8, 4, 4),
-        (128, 64, 64, 8, 4, 4),
-        (64, 128, 64, 8, 4, 4),
-        (64, 64, 64, 8, 4, 4),
-        (128, 128, 32, 8, 8, 3),
-        # Skinny M (decode): a 16/32/64-row tile wastes no tensor-core work.
-        (16, 128, 128, 1, 4, 4),
-        (32, 128, 128, 1, 4, 4),
-        (64, 128, 128, 1, 4, 4),
-        (16, 64, 256, 1, 4, 3),
-        (32, 64, 128, 1, 4, 5),
-    ]
-    return [_config(*r) for r in rows]
-
-
-_INTERPRETER_CONFIG = _config(32, 32, 16, 4, 4, 1)
-
-
-def _interpreter_configs() -> list[triton.Config]:
-    # One config: the autotuner's benchmarker needs a GPU driver ("0 active drivers"),
-    # and with a single config it never benchmarks. Small tiles keep the interpreter fast
-    # while still giving odd shapes several partial tiles.
-    return [_INTERPRETER_CONFIG]
-
-
-def matmul_configs() -> list[triton.Config]:
-    return _interpreter_configs() if _INTERPRETING else _gpu_configs()
-
-
-# H200: 132 SMs. A grid with fewer tiles than SMs leaves the chip partly idle, so the
-# heuristic shrinks the tile until the grid covers the SMs once.
-_NUM_SMS = 132
-
-
-def heuristic_config(M: int, N: int, K: int, elem_bytes: int) -> triton.Config:
-    """A good config for this shape, chosen instantly (no benchmarking)."""
-    if _INTERPRETING:
-        return _INTERPRETER_CONFIG
-    if elem_bytes == 4:  # fp32 tiles take twice the shared memory per element
-        return _config(128, 128, 32, 8, 8, 3)
-    if M <= 64:  # decode / skinny: the smallest M tile, a deep K slice, no grouping
-        return _config(max(16, triton.next_power_of_2(M)), 128, 128, 1, 4, 4)
-    tiles = lambda bm, bn: triton.cdiv(M, bm) * triton.cdiv(N, bn)  # noqa: E731
-    if tiles(128, 256) >= _NUM_SMS:
-        return _config(128, 256, 64, 8, 8, 3)
-    if tiles(128, 128) >= _NUM_SMS:
-        return _config(128, 128, 64, 8, 8, 4)
-    return _config(64, 128, 64, 8, 4, 4)
-
-
-def smem_bytes(config: triton.Config, elem_bytes: int) -> int:
-    """Shared memory one pipelined stage set of A and B tiles needs."""
-    kw = config.kwargs
-    per_stage = (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * elem_bytes
-    return per_stage * max(config.num_stages - 1, 1)
-
-
-def _prune_configs(configs, named_args, **kwargs):
-    """Drop configs that cannot fit shared memory or that are far too big for the shape."""
-    if _INTERPRETING:
-        return configs
-    M, N, K = named_args["M"], named_args["N"], named_args["K"]
-    elem = named_args["a_ptr"].element_size()
-    kept = []
-    for c in configs:
-        kw = c.kwargs
-        if smem_bytes(c, elem) > SMEM_LIMIT_BYTES:
-            continue
-        # A tile more than twice the rows of M (rounded up to 16) is wasted tensor-core work.
-        if kw["BLOCK_M"] > max(16, 2 * triton.next_power_of_2(M)):
-            continue
-        if kw["BLOCK_N"] > max(16, 2 * triton.next_power_of_2(N)):
-            continue
-        if kw["BLOCK_K"] > max(16, triton.next_power_of_2(K)):
-            continue
-        kept.append(c)
-    return kept or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
 
 
 @triton.jit
@@ -211,13 +118,3 @@ def _matmul_kernel(
         acc = acc + beta * bias
     c_ptrs = c_ptr + pid_b.to(tl.int64) * stride_cb + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
-# The autotuned entry point. The key is the problem shape plus the K strides of A and B,
-# which tell a row-major operand from a transposed one (the autotuner adds the operands'
-# dtypes itself); prune_configs_by drops configs that overflow shared memory.
-matmul_kernel = triton.autotune(
-    configs=matmul_configs(),
-    key=["M", "N", "K", "stride_ak", "stride_bk"],
-    prune_configs_by={"early_config_prune": _prune_configs},
-)(_matmul_kernel)

@@ -30,7 +30,10 @@ from collections.abc import Sequence
 import torch
 import triton
 
-from ..kernels.matmul import _matmul_kernel, heuristic_config, interpreting, matmul_kernel
+from ..kernels import tuning
+from ..kernels.configs import MatmulConfig, Problem, candidate_configs, heuristic_config, k_per_split
+from ..kernels.matmul import _matmul_kernel, interpreting
+from ..kernels.matmul_tma import _matmul_kernel_tma
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Element offsets inside one matrix are 32-bit in the kernel.
@@ -137,10 +140,21 @@ def _warn_fallback(op: str, reason: str) -> None:
 
 
 # --------------------------------------------------------------------------- launcher
+#
+# Which kernel: the persistent TMA kernel (kernels/matmul_tma.py) for one matrix whose
+# operands TMA can read (``_tma_layout``), the pointer kernel (kernels/matmul.py) for
+# everything else (batches, unaligned or oddly strided operands, K == 0).
+#
+# Which config: the shape heuristic by default (instant, no tuning storm on first call);
+# timed candidates, cached on disk per shape bucket, when INDUCTOR_MM_PLUGIN_AUTOTUNE=1 or
+# after ``set_autotune(True)``; ``warmup`` does either ahead of time.
+#
+# Host cost: a call's config, grid and compiled kernel are cached per call signature
+# (shapes, strides, dtype, device, pointer alignment, flags) in a ``_Plan``; a repeated
+# call builds its argument tuple and calls the compiled kernel's launcher directly,
+# skipping Triton's per-call binding and cache-key work. Small matmuls take a few
+# microseconds on the GPU, so the Python around them is most of their cost.
 
-# Config choice: the shape heuristic by default (instant, no tuning storm on first call);
-# ``@triton.autotune`` over the config list when INDUCTOR_MM_PLUGIN_AUTOTUNE=1 or after
-# ``set_autotune(True)``.
 _AUTOTUNE = os.environ.get("INDUCTOR_MM_PLUGIN_AUTOTUNE", "0") not in ("", "0")
 
 
@@ -151,16 +165,311 @@ def set_autotune(enabled: bool) -> bool:
     return old
 
 
-
 def _device_guard(device: torch.device):
     # Launch on the tensors' device, not on whatever device happens to be current.
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    if device.type != "cuda" or device.index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
 
 
 def _input_precision(dtype: torch.dtype) -> str:
     if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 and not interpreting():
         return "tf32"
     return "ieee"
+
+
+_TMA_ALIGN = 16  # bytes: TMA descriptors need 16-byte aligned bases and leading strides
+
+
+def _tma_operand(rows: int, cols: int, s_rows: int, s_cols: int, elem: int, ptr: int, cols_is_k: bool):
+    """How a TMA descriptor reads a (rows, cols) operand: (k_major, leading stride), or None.
+
+    The descriptor is made over the storage order: unit stride along cols -> shape
+    (rows, cols); along rows -> shape (cols, rows), the kernel transposing in shared memory.
+    A dimension of size 1 has an unused stride, which torch may report as anything; it gets
+    an aligned stand-in.
+    """
+    if ptr % _TMA_ALIGN:
+        return None
+    stand_in = lambda n: -(-n * elem // _TMA_ALIGN) * _TMA_ALIGN // elem  # noqa: E731
+    if s_cols == 1 or cols == 1:
+        lead = s_rows if rows > 1 else stand_in(cols)
+        if (lead * elem) % _TMA_ALIGN == 0 and lead > 0:
+            return cols_is_k, lead
+    if s_rows == 1 or rows == 1:
+        lead = s_cols if cols > 1 else stand_in(rows)
+        if (lead * elem) % _TMA_ALIGN == 0 and lead > 0:
+            return not cols_is_k, lead
+    return None
+
+
+def _tma_layout(a, b, out):
+    """(a_kmajor, lda, b_kmajor, ldb, c_tma, ldc) when the TMA kernel can take this call, else None."""
+    if a.dim() == 3:
+        return None  # batches run on the pointer kernel
+    M, K = a.shape
+    N = b.shape[1]
+    if K == 0:
+        return None
+    elem = a.element_size()
+    ta = _tma_operand(M, K, a.stride(0), a.stride(1), elem, a.data_ptr(), cols_is_k=True)
+    tb = _tma_operand(K, N, b.stride(0), b.stride(1), elem, b.data_ptr(), cols_is_k=False)
+    if ta is None or tb is None:
+        return None
+    oelem = out.element_size()
+    tc = _tma_operand(M, N, out.stride(0), out.stride(1), oelem, out.data_ptr(), cols_is_k=True)
+    c_tma = tc is not None and tc[0]  # row-major output only
+    return ta[0], ta[1], tb[0], tb[1], c_tma, tc[1] if c_tma else out.stride(0)
+
+
+_NUM_SMS: dict[int, int] = {}
+_INTERPRETER_NUM_SMS = 4  # a few programs, so the persistent loop runs several tiles each
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _INTERPRETER_NUM_SMS
+    n = _NUM_SMS.get(device.index)
+    if n is None:
+        n = _NUM_SMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return n
+
+
+def _scratch_alloc(size: int, alignment: int, stream):
+    # Global memory Triton asks for at launch (the TMA descriptors made on the device).
+    return torch.empty(size, dtype=torch.int8, device="cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _ensure_allocator() -> None:
+    """Give Triton an allocator for device-side TMA descriptors, unless one is set already.
+
+    Done at the first TMA launch of each thread (Triton keeps the allocator in a
+    ContextVar), never on import; a user's own allocator is left in place.
+    """
+    try:
+        from triton.runtime import _allocation
+
+        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+            return
+    except (ImportError, AttributeError):
+        pass
+    triton.set_allocator(_scratch_alloc)
+
+
+# Split-K counters: one int32 per output tile, zero between launches (the last slice of a
+# tile resets it). Kept per (device, stream), so launches on different streams never share
+# one; never freed, because a captured CUDA graph may hold their address.
+_LOCKS: dict[tuple, torch.Tensor] = {}
+_RETIRED_LOCKS: list[torch.Tensor] = []
+
+
+def _split_k_locks(device: torch.device, stream: int, tiles: int) -> torch.Tensor:
+    key = (device, stream)
+    locks = _LOCKS.get(key)
+    if locks is None or locks.numel() < tiles:
+        if locks is not None:
+            _RETIRED_LOCKS.append(locks)
+        locks = _LOCKS[key] = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
+    return locks
+
+
+def _current_stream(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    return torch._C._cuda_getCurrentRawStream(device.index)
+
+
+def _launch_hooks_active() -> bool:
+    # Profilers (proton) register launch hooks; the direct launch skips them, so take
+    # Triton's own path while any is registered.
+    from triton import knobs
+
+    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        if hook is not None and (getattr(hook, "calls", None) is None or hook.calls):
+            return True
+    return False
+
+
+class _Plan:
+    """One call signature's kernel, config, grid and (after the first launch) compiled kernel."""
+
+    __slots__ = ("cfg", "problem", "layout", "grid", "num_tiles", "compiled", "consts", "device")
+
+    def __init__(self, problem: Problem, cfg: MatmulConfig, layout, flags: dict, device: torch.device):
+        self.problem, self.cfg, self.layout, self.device = problem, cfg, layout, device
+        self.compiled = None
+        p = problem
+        self.num_tiles = triton.cdiv(p.M, cfg.block_m) * triton.cdiv(p.N, cfg.block_n) * p.batch
+        if cfg.kernel == "tma":
+            a_kmajor, _, b_kmajor, _, c_tma, _ = layout
+            self.grid = (max(1, min(p.num_sms, self.num_tiles * cfg.split_k)),)
+            self.consts = (
+                a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["SCALE_ACC"], flags["INPUT_PRECISION"],
+                flags["INTERPRETER_BF16"], cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.split_k,
+                p.num_sms, cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize,
+            )  # fmt: skip
+        else:
+            self.grid = (self.num_tiles,)
+            self.consts = (
+                flags["HAS_BIAS"], flags["SCALE_ACC"], flags["INPUT_PRECISION"], flags["INTERPRETER_BF16"],
+                cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m,
+            )  # fmt: skip
+
+    @property
+    def kernel(self):
+        return _matmul_kernel_tma if self.cfg.kernel == "tma" else _matmul_kernel
+
+    def args(self, a, b, out, bias, alpha, beta, stream):
+        """The kernel's arguments in signature order, constexprs included."""
+        p, cfg = self.problem, self.cfg
+        has_bias = self.consts[3] if cfg.kernel == "tma" else self.consts[0]
+        bias_arg = bias if has_bias else out
+        if cfg.kernel == "tma":
+            _, lda, _, ldb, _, ldc = self.layout
+            # 2-D strides of the single matrix (3-D callers pass batch 1).
+            ocm, ocn = out.stride()[-2:]
+            bsm, bsn = bias.stride()[-2:] if has_bias else (0, 0)
+            if cfg.split_k > 1:
+                ws = torch.empty(self.num_tiles * cfg.split_k * cfg.block_m * cfg.block_n, dtype=torch.float32,
+                                 device=out.device)  # fmt: skip
+                locks = _split_k_locks(out.device, stream, self.num_tiles)
+            else:
+                ws = locks = out
+            kps = k_per_split(p.K, cfg.block_k, cfg.split_k)
+            return (a, b, out, bias_arg, ws, locks, p.M, p.N, p.K, kps, lda, ldb, ldc, ocn, bsm, bsn,
+                    float(alpha), float(beta), *self.consts)  # fmt: skip
+        sa = a.stride() if a.dim() == 3 else (0, *a.stride())
+        sb = b.stride() if b.dim() == 3 else (0, *b.stride())
+        so = out.stride() if out.dim() == 3 else (0, *out.stride())
+        if has_bias:
+            sbias = bias.stride() if bias.dim() == 3 else (0, *bias.stride())
+        else:
+            sbias = (0, 0, 0)
+        return (a, b, out, bias_arg, p.M, p.N, p.K, *sa, *sb, *so, *sbias, float(alpha), float(beta), *self.consts)
+
+    def launch(self, a, b, out, bias, alpha, beta):
+        if self.cfg.kernel == "tma" and not interpreting():
+            _ensure_allocator()
+        stream = _current_stream(self.device)
+        args = self.args(a, b, out, bias, alpha, beta, stream)
+        compiled = self.compiled
+        if compiled is not None and not _launch_hooks_active():
+            # Triton's own launch (JITFunction.run, triton 3.6 runtime/jit.py) ends in this
+            # same call after binding and specializing the arguments, which this plan has
+            # already done: same kernel, same arguments, no launch metadata.
+            compiled.run(self.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                         *args)  # fmt: skip
+            return
+        cfg = self.cfg
+        compiled = self.kernel[self.grid](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
+            self.compiled = compiled
+
+    def compile(self, a, b, out, bias):
+        """Compile without launching (fills Triton's disk cache)."""
+        cfg = self.cfg
+        args = self.args(a, b, out, bias, 1.0, 1.0, _current_stream(self.device))
+        self.kernel.warmup(*args, grid=self.grid, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 8192
+
+
+def _problem(a, b, out, layout, has_bias) -> Problem:
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    batch = a.shape[0] if a.dim() == 3 else 1
+    tma = layout is not None
+    return Problem(
+        M=M, N=N, K=K, batch=batch, elem_bytes=a.element_size(), dtype=str(a.dtype).removeprefix("torch."),
+        tma=tma, a_kmajor=layout[0] if tma else True, b_kmajor=layout[2] if tma else False,
+        c_tma=layout[4] if tma else False, has_bias=has_bias, num_sms=_num_sms(a.device),
+    )  # fmt: skip
+
+
+_TUNING_CACHES: dict[str, tuning.TuningCache] = {}
+
+
+def _tuning_cache(device: torch.device) -> tuning.TuningCache:
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu-interpreter"
+    cache = _TUNING_CACHES.get(gpu)
+    if cache is None:
+        cache = _TUNING_CACHES[gpu] = tuning.TuningCache(gpu, triton.__version__, tuning.kernel_source_hash())
+    return cache
+
+
+def _time_config(problem, cfg, layout, flags, a, b, out, bias, alpha, beta) -> float:
+    import triton.testing
+
+    plan = _Plan(problem, cfg, layout, flags, a.device)
+    run = lambda: plan.launch(a, b, out, bias, alpha, beta)  # noqa: E731
+    run()  # compile outside the timed region
+    return triton.testing.do_bench(run, warmup=5, rep=25, return_mode="median")
+
+
+def _choose(problem, layout, flags, a, b, out, bias, alpha, beta, autotune: bool) -> MatmulConfig:
+    heuristic = heuristic_config(problem, interpreting())
+    if not autotune or interpreting():
+        return heuristic
+    cache = _tuning_cache(a.device)
+    if torch.cuda.is_current_stream_capturing():
+        # No timing inside a graph capture: a bucket tuned before (warmup) or the heuristic.
+        return cache.get(problem.bucket()) or heuristic
+    time_fn = lambda cfg: _time_config(problem, cfg, layout, flags, a, b, out, bias, alpha, beta)  # noqa: E731
+    return tuning.autotune(problem.bucket(), candidate_configs(problem), time_fn, cache)
+
+
+def _launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=None) -> _Plan:
+    """out = alpha * a @ b (+ beta * bias) on 2-D or 3-D (batched) views; returns the plan used.
+
+    ``bias``, when given, is already expanded to ``out``'s shape (stride 0 where broadcast).
+    No checks here: callers validate first.
+    """
+    if a.dim() == 3 and a.shape[0] == 1:
+        # One matrix: 2-D views, which the TMA kernel can take.
+        a, b, out = a[0], b[0], out[0]
+        bias = None if bias is None else bias[0]
+    has_bias = bias is not None and beta != 0
+    autotune = _AUTOTUNE if autotune is None else autotune
+    key = (
+        a.dtype, a.device, a.shape, b.shape, a.stride(), b.stride(), out.stride(),
+        bias.stride() if has_bias else None, alpha != 1, torch.backends.cuda.matmul.allow_tf32, autotune, config,
+        # Triton specializes pointer arguments on 16-byte alignment.
+        a.data_ptr() % 16, b.data_ptr() % 16, out.data_ptr() % 16, bias.data_ptr() % 16 if has_bias else 0,
+    )  # fmt: skip
+    plan = _PLANS.get(key)
+    interpreter_bf16 = interpreting() and a.dtype == torch.bfloat16
+    # Interpreter only: its fp32 -> bf16 cast truncates instead of rounding to nearest
+    # even (cast_impl passes no rounding mode; triton 3.7.1 runtime/interpreter.py), so
+    # the kernel stores fp32 and torch rounds. The GPU path stores bf16 directly.
+    kernel_out = out.new_empty(out.shape, dtype=torch.float32) if interpreter_bf16 else out
+    with _device_guard(a.device):
+        if plan is None:
+            flags = dict(
+                HAS_BIAS=has_bias,
+                SCALE_ACC=alpha != 1,
+                INPUT_PRECISION=_input_precision(a.dtype),
+                INTERPRETER_BF16=interpreter_bf16,
+            )
+            layout = _tma_layout(a, b, kernel_out)
+            problem = _problem(a, b, kernel_out, layout, has_bias)
+            if config is not None:
+                cfg = config
+                if cfg.kernel == "tma" and layout is None:
+                    raise ValueError(f"config {cfg.short()} needs TMA-compatible operands")
+            else:
+                cfg = _choose(problem, layout, flags, a, b, kernel_out, bias, alpha, beta, autotune)
+            if cfg.kernel == "ptr":
+                layout = None
+            plan = _Plan(problem, cfg, layout, flags, a.device)
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
+        plan.launch(a, b, kernel_out, bias, alpha, beta)
+    if interpreter_bf16:
+        out.copy_(kernel_out)
+    return plan
 
 
 def launch_matmul(
@@ -177,42 +486,68 @@ def launch_matmul(
     ``bias``, when given, is already expanded to ``out``'s shape (stride 0 where broadcast).
     No checks here: callers validate first.
     """
-    batch, M, K = a.shape
-    N = b.shape[2]
     if out.numel() == 0:
         return out
-    has_bias = bias is not None and beta != 0
-    bias_arg = bias if has_bias else out
-    bias_strides = bias.stride() if has_bias else (0, 0, 0)
-    grid = lambda meta: (  # noqa: E731
-        batch * triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),
-    )
-    interpreter_bf16 = interpreting() and a.dtype == torch.bfloat16
-    # Interpreter only: its fp32 -> bf16 cast truncates instead of rounding to nearest
-    # even (cast_impl passes no rounding mode; triton 3.7.1 runtime/interpreter.py), so
-    # the kernel stores fp32 and torch rounds. The GPU path stores bf16 directly.
-    kernel_out = out.new_empty(out.shape, dtype=torch.float32) if interpreter_bf16 else out
-    args = (
-        a, b, kernel_out, bias_arg,
-        M, N, K,
-        *a.stride(), *b.stride(), *kernel_out.stride(), *bias_strides,
-        float(alpha), float(beta),
-    )  # fmt: skip
-    flags = dict(
-        HAS_BIAS=has_bias,
-        SCALE_ACC=alpha != 1,
-        INPUT_PRECISION=_input_precision(a.dtype),
-        INTERPRETER_BF16=interpreter_bf16,
-    )
-    with _device_guard(a.device):
-        if _AUTOTUNE:
-            matmul_kernel[grid](*args, **flags)
-        else:
-            cfg = heuristic_config(M, N, K, a.element_size())
-            _matmul_kernel[grid](*args, **flags, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if interpreter_bf16:
-        out.copy_(kernel_out)
+    _launch(a, b, out, bias, beta, alpha)
     return out
+
+
+def chosen_config(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> MatmulConfig | None:
+    """The config a call ``mm(a, b)`` (``addmm`` with ``bias``) ran with, if it ran already."""
+    for key, plan in _PLANS.items():
+        if key[:6] == (a.dtype, a.device, a.shape, b.shape, a.stride(), b.stride()) and key[10] == _AUTOTUNE:
+            if (key[7] is not None) == (bias is not None):
+                return plan.cfg
+    return None
+
+
+def warmup(
+    shapes,
+    dtype: torch.dtype = torch.bfloat16,
+    *,
+    layout: str = "row",
+    bias: bool = False,
+    device: str | torch.device = "cuda",
+    tune: bool | None = None,
+) -> dict[tuple, MatmulConfig]:
+    """Compile, and with ``tune`` autotune, the kernels for these shapes now.
+
+    Call it before capturing a CUDA graph: inside a capture nothing is timed, so a shape
+    that was not tuned before runs the heuristic's config. ``shapes`` holds ``(M, N, K)``
+    for ``mm``/``addmm`` or ``(B, M, N, K)`` for ``bmm``; ``layout`` is ``"row"`` (B is a
+    row-major (K, N) matrix) or ``"linear"`` (B is a transposed (N, K) weight, as
+    ``nn.Linear`` passes it); ``tune`` defaults to the current autotuning setting. Tuned
+    choices land in the on-disk cache, so later processes reuse them. Returns the config
+    chosen per shape.
+    """
+    if layout not in ("row", "linear"):
+        raise ValueError(f"warmup: layout must be 'row' or 'linear', got {layout!r}")
+    device = torch.device(device)
+    chosen = {}
+    for shape in shapes:
+        shape = tuple(int(s) for s in shape)
+        if len(shape) == 3:
+            (M, N, K), batch = shape, None
+        elif len(shape) == 4:
+            batch, M, N, K = shape
+        else:
+            raise ValueError(f"warmup: expected (M, N, K) or (B, M, N, K), got {shape}")
+        lead = () if batch is None else (batch,)
+        a = torch.randn(*lead, M, K, dtype=dtype, device=device)
+        if layout == "linear":
+            b = torch.randn(*lead, N, K, dtype=dtype, device=device).transpose(-1, -2)
+        else:
+            b = torch.randn(*lead, K, N, dtype=dtype, device=device)
+        out = torch.empty(*lead, M, N, dtype=dtype, device=device)
+        reason = kernel_unsupported_reason(a, b)
+        if reason is not None:
+            raise RuntimeError(f"warmup: the kernel cannot run {shape} {dtype} on {device}: {reason}")
+        if out.numel() == 0:
+            continue
+        bias_t = torch.randn(N, dtype=dtype, device=device).expand(*lead, M, N) if bias else None
+        plan = _launch(a, b, out, bias_t, 1.0, 1.0, autotune=tune)
+        chosen[shape] = plan.cfg
+    return chosen
 
 
 # The three entry points below are what the custom ops run. ``out`` exists for tests,
@@ -226,7 +561,8 @@ def mm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None)
         _warn_fallback("inductor_mm_plugin.mm", reason)
         return torch.mm(a, b).contiguous()
     out = a.new_empty((a.shape[0], b.shape[1])) if out is None else out
-    launch_matmul(a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0))
+    if out.numel():
+        _launch(a, b, out)
     return out
 
 
@@ -240,9 +576,8 @@ def addmm_launch(
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha).contiguous()
     M, N = a.shape[0], b.shape[1]
     out = a.new_empty((M, N)) if out is None else out
-    launch_matmul(
-        a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0), bias.expand(M, N).unsqueeze(0), beta=beta, alpha=alpha
-    )
+    if out.numel():
+        _launch(a, b, out, bias.expand(M, N), beta, alpha)
     return out
 
 

@@ -1,0 +1,306 @@
+"""Kernel configurations: what a launch needs besides its operands, and how one is chosen.
+
+A ``MatmulConfig`` names the kernel (``"tma"``: the persistent TMA kernel in
+``matmul_tma.py``; ``"ptr"``: the pointer kernel in ``matmul.py``) and its meta-parameters.
+``Problem`` holds the facts about a call that a choice depends on (shape, dtype, which
+operands are K-major, whether the output takes a TMA store). ``heuristic_config`` picks a
+config from those facts at once, with no benchmarking; ``candidate_configs`` lists what the
+optional autotuner (``tuning.py``) times for the same problem.
+
+Nothing here touches torch or a GPU: the heuristic is plain arithmetic on the shape, so it
+is tested on the CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+# Shared memory per block on the H200 (sm_90): configs that need more fail with
+# "out of resource: Required 262144, Hardware limit 232448".
+SMEM_LIMIT_BYTES = 232448
+
+# H200: 132 SMs. Used when no device can be asked (the launcher passes the real count).
+DEFAULT_NUM_SMS = 132
+
+# Sustained device bandwidth per SM the skinny cost model assumes (bytes per microsecond):
+# ~4.2 TB/s measured copy rate (read + write) over 132 SMs, in bytes/us.
+_SM_BYTES_PER_US = 4.2e6 / 132
+# Fixed cost of one work item in the skinny cost model (us): pipeline fill, epilogue.
+_ITEM_OVERHEAD_US = 0.6
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulConfig:
+    """One launch configuration. ``kernel`` is "tma" or "ptr"."""
+
+    kernel: str
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int = 8
+    num_warps: int = 4
+    num_stages: int = 3
+    split_k: int = 1  # tma only: K is cut into this many slices, reduced in the kernel
+    epilogue_subtile: bool = False  # tma only: store the tile as two BLOCK_N / 2 halves
+    flatten: bool = False  # tma only: tl.range(flatten=True) over tiles and K steps
+    warp_specialize: bool = False  # tma only: tl.range(warp_specialize=True)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> MatmulConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown MatmulConfig fields {sorted(unknown)}; expected a subset of {sorted(names)}")
+        cfg = cls(**d)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.kernel not in ("tma", "ptr"):
+            raise ValueError(f"MatmulConfig.kernel must be 'tma' or 'ptr', got {self.kernel!r}")
+        for name in ("block_m", "block_n", "block_k", "group_m", "num_warps", "split_k"):
+            v = getattr(self, name)
+            if v < 1 or v & (v - 1):
+                raise ValueError(f"MatmulConfig.{name} must be a power of two, got {v}")
+        if self.kernel == "ptr" and (self.split_k != 1 or self.epilogue_subtile or self.flatten or self.warp_specialize):
+            raise ValueError("split_k, epilogue_subtile, flatten and warp_specialize apply to the 'tma' kernel only")
+
+    def short(self) -> str:
+        s = f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages}"
+        if self.group_m != 8:
+            s += f" g{self.group_m}"
+        if self.split_k > 1:
+            s += f" split{self.split_k}"
+        if self.epilogue_subtile:
+            s += " sub"
+        if self.flatten:
+            s += " flat"
+        if self.warp_specialize:
+            s += " ws"
+        return s
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What the config choice depends on, read off one call by the launcher."""
+
+    M: int
+    N: int
+    K: int
+    batch: int
+    elem_bytes: int  # 2 (fp16, bf16) or 4 (fp32)
+    dtype: str  # "float16", "bfloat16", "float32"
+    tma: bool  # operands qualify for TMA descriptors (see ops.matmul._tma_layout)
+    a_kmajor: bool = True  # A's unit stride is along K (row-major A)
+    b_kmajor: bool = False  # B's unit stride is along K (a transposed (N, K) weight)
+    c_tma: bool = True  # the output takes a TMA store
+    has_bias: bool = False
+    num_sms: int = DEFAULT_NUM_SMS
+
+    def bucket(self) -> str:
+        """The autotuning cache key: layout facts plus each dimension rounded up to a power of two."""
+        kind = "tma" if self.tma else "ptr"
+        layout = ("k" if self.a_kmajor else "m") + ("k" if self.b_kmajor else "n")
+        dims = "x".join(str(_pow2_ceil(d)) for d in (self.M, self.N, self.K))
+        return f"{kind}|{self.dtype}|{layout}|c{int(self.c_tma)}|bias{int(self.has_bias)}|b{min(self.batch, 2)}|{dims}"
+
+
+def _pow2_ceil(x: int) -> int:
+    return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def smem_bytes(cfg: MatmulConfig, elem_bytes: int, out_bytes: int | None = None) -> int:
+    """Shared memory the config needs: its pipelined A and B stages plus the TMA store buffer."""
+    out_bytes = out_bytes or elem_bytes
+    per_stage = (cfg.block_m + cfg.block_n) * cfg.block_k * elem_bytes
+    if cfg.kernel == "ptr":
+        # cp.async pipelining keeps num_stages - 1 tiles in flight plus the one in use.
+        return per_stage * max(cfg.num_stages, 1)
+    sub_n = cfg.block_n // 2 if cfg.epilogue_subtile else cfg.block_n
+    epilogue = cfg.block_m * sub_n * out_bytes
+    return per_stage * cfg.num_stages + epilogue + 1024  # + mbarriers and alignment slack
+
+
+def fits(cfg: MatmulConfig, elem_bytes: int) -> bool:
+    return smem_bytes(cfg, elem_bytes) <= SMEM_LIMIT_BYTES
+
+
+def _deepest(cfg: MatmulConfig, elem_bytes: int, most: int) -> MatmulConfig:
+    """The config with the most stages (at most ``most``, at least 2) that fits shared memory."""
+    for s in range(most, 1, -1):
+        c = dataclasses.replace(cfg, num_stages=s)
+        if fits(c, elem_bytes):
+            return c
+    return dataclasses.replace(cfg, num_stages=2)
+
+
+# ------------------------------------------------------------------------------ split-K
+
+
+def k_per_split(K: int, block_k: int, split_k: int) -> int:
+    """K columns per slice: a whole number of BLOCK_K steps, so slices never overlap."""
+    return _cdiv(_cdiv(K, block_k), split_k) * block_k
+
+
+def useful_split(K: int, block_k: int, split_k: int) -> bool:
+    """Every slice gets at least one BLOCK_K step of real K."""
+    return split_k == 1 or k_per_split(K, block_k, split_k) * (split_k - 1) < K
+
+
+# ---------------------------------------------------------------------------- heuristic
+
+INTERPRETER_PTR = MatmulConfig("ptr", 32, 32, 16, group_m=4, num_warps=4, num_stages=1)
+INTERPRETER_TMA = MatmulConfig("tma", 32, 32, 16, group_m=4, num_warps=4, num_stages=1, epilogue_subtile=True)
+
+
+def heuristic_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
+    """A config for this problem, chosen instantly (no benchmarking)."""
+    if interpreting:
+        # Small tiles keep the interpreter fast while odd shapes still get partial tiles.
+        if not p.tma:
+            return INTERPRETER_PTR
+        # Exercise split-K on the CPU as well when K is long next to the output.
+        split = 2 if p.K >= 4 * max(p.M, p.N) and p.K >= 64 else 1
+        return dataclasses.replace(INTERPRETER_TMA, split_k=split)
+    if not p.tma:
+        return _heuristic_ptr(p)
+    if p.elem_bytes == 4:
+        return _heuristic_tma_fp32(p)
+    if p.M <= 128:
+        return _heuristic_skinny(p)
+    return _heuristic_tma(p)
+
+
+def _heuristic_ptr(p: Problem) -> MatmulConfig:
+    # Operands without 16-byte aligned rows: loads are narrow and barely pipelined, so many
+    # small programs per SM hide the latency better than a few large ones.
+    if p.elem_bytes == 4:
+        return MatmulConfig("ptr", 64, 64, 32, 8, 4, 3)
+    if p.M <= 64:
+        return MatmulConfig("ptr", max(16, _pow2_ceil(p.M)), 64, 128, 1, 4, 3)
+    return MatmulConfig("ptr", 64, 128, 64, 8, 4, 3)
+
+
+def _heuristic_tma_fp32(p: Problem) -> MatmulConfig:
+    cfg = MatmulConfig("tma", 128, 128, 32, 8, 8, 3, epilogue_subtile=True, flatten=True)
+    return _deepest(cfg, 4, 4)
+
+
+def _heuristic_tma(p: Problem) -> MatmulConfig:
+    tiles = lambda bm, bn: _cdiv(p.M, bm) * _cdiv(p.N, bn) * p.batch  # noqa: E731
+    sms = p.num_sms
+    if tiles(128, 256) >= sms:
+        return MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True)
+    if tiles(128, 128) >= sms or p.batch > 1:
+        return _deepest(MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True), 2, 4)
+    # Fewer output tiles than SMs: cut K when it is long enough to keep each slice busy.
+    base = MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True)
+    n = tiles(128, 128)
+    split = 1
+    while n * split * 2 <= 2 * sms and _cdiv(p.K, split * 2) >= 1024:
+        split *= 2
+    if split > 1:
+        return dataclasses.replace(base, split_k=split)
+    # Short K: smaller tiles for more programs.
+    if tiles(64, 128) >= sms // 2:
+        return MatmulConfig("tma", 64, 128, 64, 8, 4, 4, flatten=True)
+    return MatmulConfig("tma", 64, 64, 64, 8, 4, 4, flatten=True)
+
+
+def _heuristic_skinny(p: Problem) -> MatmulConfig:
+    """M <= 128: reading B is the cost. Pick BLOCK_N and split-K so every SM streams an equal
+    share of B with enough bytes in flight, by a small cost model (``skinny_cost_us``)."""
+    best, best_t = None, math.inf
+    for cfg in skinny_candidates(p):
+        t = skinny_cost_us(p, cfg)
+        if t < best_t - 1e-9:
+            best, best_t = cfg, t
+    return best
+
+
+def skinny_candidates(p: Problem) -> list[MatmulConfig]:
+    bm = max(16, _pow2_ceil(p.M))
+    out = []
+    for bn in (32, 64, 128):
+        for split in (1, 2, 4, 8):
+            bk = 128 if bm >= 64 else 256
+            if not useful_split(p.K, bk, split):
+                continue
+            warps = 8 if bm * bn >= 128 * 128 else 4
+            cfg = MatmulConfig("tma", bm, bn, bk, 8, warps, 4, split_k=split, flatten=split == 1)
+            out.append(_deepest(cfg, p.elem_bytes, 6))
+    return out
+
+
+def skinny_cost_us(p: Problem, cfg: MatmulConfig) -> float:
+    """Estimated time: the busiest SM's share of bytes over its bandwidth, plus per-item costs."""
+    items = _cdiv(p.M, cfg.block_m) * _cdiv(p.N, cfg.block_n) * cfg.split_k * p.batch
+    rounds = _cdiv(items, p.num_sms)
+    k_slice = min(p.K, k_per_split(p.K, cfg.block_k, cfg.split_k))
+    item_bytes = (cfg.block_n + min(cfg.block_m, p.M)) * k_slice * p.elem_bytes
+    # Items of one program run back to back (persistent loop): the fill cost is paid once
+    # when flattened, per item otherwise; a split adds the partial-sum round trip.
+    fixed = _ITEM_OVERHEAD_US * (1 if cfg.flatten else rounds)
+    if cfg.split_k > 1:
+        fixed += 1.0
+    return rounds * item_bytes / _SM_BYTES_PER_US + fixed
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def candidate_configs(p: Problem, interpreting: bool = False) -> list[MatmulConfig]:
+    """What the autotuner times for this problem: the heuristic's pick first, then its
+    neighbours; every one fits shared memory."""
+    first = heuristic_config(p, interpreting)
+    if interpreting:
+        return [first]
+    if not p.tma:
+        rows = [
+            (128, 128, 64, 8, 8, 3), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 4, 3), (64, 64, 64, 8, 4, 3),
+            (64, 64, 32, 8, 4, 2), (128, 128, 32, 8, 8, 2), (32, 64, 128, 1, 4, 3), (16, 64, 128, 1, 4, 3),
+        ]  # fmt: skip
+        cands = [MatmulConfig("ptr", *r) for r in rows]
+    elif p.elem_bytes == 4:
+        cands = [
+            MatmulConfig("tma", 128, 128, 32, 8, 8, 3, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 128, 128, 32, 8, 8, 4, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 128, 256, 32, 8, 8, 3, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 128, 64, 32, 8, 4, 4, flatten=True),
+            MatmulConfig("tma", 64, 128, 32, 8, 4, 4, flatten=True),
+        ]
+    elif p.M <= 128:
+        cands = sorted(skinny_candidates(p), key=lambda c: skinny_cost_us(p, c))[:8]
+    else:
+        cands = [
+            MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 128, 256, 64, 8, 8, 4, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 256, 128, 64, 8, 8, 3, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 128, 128, 64, 8, 4, 4, flatten=True),
+            MatmulConfig("tma", 128, 128, 128, 8, 8, 3, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 64, 128, 64, 8, 4, 4, flatten=True),
+            MatmulConfig("tma", 128, 256, 64, 16, 8, 3, epilogue_subtile=True, flatten=True),
+        ]
+        tiles = _cdiv(p.M, 128) * _cdiv(p.N, 128) * p.batch
+        if tiles < 2 * p.num_sms and p.batch == 1:
+            for split in (2, 4):
+                for bn in (128, 256):
+                    c = MatmulConfig("tma", 128, bn, 64, 8, 8, 3, split_k=split, epilogue_subtile=True)
+                    if useful_split(p.K, 64, split) and _cdiv(p.K, split) >= 512:
+                        cands.append(c)
+    out = [first]
+    for c in cands:
+        if c.kernel == "tma" and c.split_k > 1 and p.batch > 1:
+            continue
+        if c not in out and fits(c, p.elem_bytes):
+            out.append(c)
+    return out

@@ -1,0 +1,179 @@
+"""The persistent TMA matmul kernel (Hopper), with split-K and the fused addmm epilogue.
+
+    C = alpha * (A @ B) + beta * bias        (bias term only when HAS_BIAS)
+
+Shapes: A (M, K), B (K, N), C (M, N), one matrix (the launcher sends batched calls to the
+pointer kernel in ``matmul.py``). Operands are read through device-side TMA descriptors
+(``tl.make_tensor_descriptor``), so each must have a 16-byte aligned base, a unit stride on
+one dimension and a 16-byte aligned stride on the other; the launcher checks this and uses
+the pointer kernel otherwise. A transposed operand gets a descriptor of its storage order
+and is transposed in shared memory (``.T``), as in Triton's persistent matmul tutorial
+(python/tutorials/09-persistent-matmul.py): ``A_KMAJOR`` / ``B_KMAJOR`` say which.
+
+Structure:
+
+* persistent: ``NUM_SMS`` programs loop over work items (output tile x K slice) in grouped
+  (L2-swizzled) tile order; with ``FLATTEN`` the tile loop and the K loop form one software
+  pipeline, so the next tile's loads overlap this tile's epilogue;
+* split-K (``SPLIT_K > 1``): each work item computes one K slice; every slice stores its
+  fp32 partial tile in a workspace and bumps the tile's counter; the last slice to arrive
+  adds the others' partials, runs the epilogue and resets the counter to zero for the next
+  launch (so the counters are zeroed once, when allocated, and never again);
+* epilogue on the fp32 accumulator: alpha, beta * bias (any broadcast, through strides),
+  then a TMA store, split into two BLOCK_N / 2 halves with ``EPILOGUE_SUBTILE`` to halve
+  the store buffer; outputs that do not qualify for TMA (``C_TMA`` off) use masked stores.
+
+Dtypes: fp16, bf16, fp32 (TF32 or IEEE dot by INPUT_PRECISION) in, the output in the input
+dtype, fp32 accumulation. Known gaps: one matrix per launch (no batch); warp
+specialization is an option of the config, off unless measured to help.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    # Grouped order: GROUP_M row-tiles in a row share the same B column panel in L2.
+    tiles_per_group = GROUP_M * num_pid_n
+    group_id = tile // tiles_per_group
+    first_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + ((tile % tiles_per_group) % group_size_m)
+    pid_n = (tile % tiles_per_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _store_tile(
+    acc, c_desc, c_ptr, bias_ptr, off_m, off_n, M, N,
+    stride_cm, stride_cn, stride_biasm, stride_biasn, beta,
+    HAS_BIAS: tl.constexpr, C_TMA: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    if HAS_BIAS or not C_TMA:
+        offs_m = off_m + tl.arange(0, BM)
+        offs_n = off_n + tl.arange(0, BN)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if HAS_BIAS:
+        bias_ptrs = bias_ptr + offs_m[:, None] * stride_biasm + offs_n[None, :] * stride_biasn
+        acc = acc + beta * tl.load(bias_ptrs, mask=mask, other=0.0).to(tl.float32)
+    if C_TMA:
+        # The descriptor clips rows and columns past M and N.
+        c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
+    else:
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _matmul_kernel_tma(
+    a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, lock_ptr,
+    M, N, K, k_per_split,
+    lda, ldb, stride_cm, stride_cn, stride_biasm, stride_biasn,
+    alpha, beta,
+    A_KMAJOR: tl.constexpr,
+    B_KMAJOR: tl.constexpr,
+    C_TMA: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SCALE_ACC: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    INTERPRETER_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr,
+    FLATTEN: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):  # fmt: skip
+    # Descriptors of each operand in its storage order; lda / ldb are the non-unit strides.
+    if A_KMAJOR:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[lda, 1], block_shape=[BLOCK_M, BLOCK_K])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[lda, 1], block_shape=[BLOCK_K, BLOCK_M])
+    if B_KMAJOR:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[ldb, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[ldb, 1], block_shape=[BLOCK_K, BLOCK_N])
+    SUB_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
+    if C_TMA:
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, SUB_N])
+    else:
+        c_desc = c_ptr  # unused: the epilogue stores through pointers
+
+    start = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_work = num_pid_m * num_pid_n * SPLIT_K
+    k_tiles = tl.cdiv(k_per_split, BLOCK_K)
+    # The epilogue recomputes its tile from its own counter rather than carrying the
+    # prologue's values across the flattened loop (as tutorial 09 does).
+    work_c = start - NUM_SMS
+
+    for work in tl.range(start, num_work, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+        tile = work // SPLIT_K
+        k_start = (work % SPLIT_K) * k_per_split
+        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            # Past K (the last slice may overhang) the descriptor reads zeros.
+            off_k = k_start + ki * BLOCK_K
+            if A_KMAJOR:
+                a = a_desc.load([off_m, off_k])
+            else:
+                a = a_desc.load([off_k, off_m]).T
+            if B_KMAJOR:
+                b = b_desc.load([off_n, off_k]).T
+            else:
+                b = b_desc.load([off_k, off_n])
+            if INTERPRETER_BF16:
+                # Interpreter only: its bf16 tl.dot multiplies raw bit patterns
+                # (triton-lang/triton#11584). The GPU path never sets this flag.
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+
+        work_c += NUM_SMS
+        tile_c = work_c // SPLIT_K
+        pid_m, pid_n = _tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+
+        is_last = True
+        if SPLIT_K > 1:
+            # Serial split-K reduction. Every slice's partial goes to its own workspace slot;
+            # the barrier orders all threads' stores before the counter's release, and the
+            # acq_rel increment orders the last slice's reads after every other release.
+            split = work_c % SPLIT_K
+            offs_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            slot0 = ws_ptr + tile_c.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+            tl.store(slot0 + split * (BLOCK_M * BLOCK_N) + offs_tile, acc)
+            tl.debug_barrier()
+            arrived = tl.atomic_add(lock_ptr + tile_c, 1, sem="acq_rel", scope="gpu")
+            is_last = arrived == SPLIT_K - 1
+            if is_last:
+                tl.debug_barrier()
+                for s in tl.static_range(SPLIT_K):
+                    if s != split:
+                        # .cg: read from L2, never a stale L1 line.
+                        acc += tl.load(slot0 + s * (BLOCK_M * BLOCK_N) + offs_tile, cache_modifier=".cg")
+                tl.atomic_xchg(lock_ptr + tile_c, 0)  # ready for the next launch
+
+        if is_last:
+            if SCALE_ACC:
+                acc = acc * alpha
+            if EPILOGUE_SUBTILE:
+                # Two BLOCK_N / 2 halves: half the store buffer in shared memory.
+                acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+                acc0, acc1 = tl.split(acc3)
+                _store_tile(acc0, c_desc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
+                            stride_biasm, stride_biasn, beta, HAS_BIAS, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
+                _store_tile(acc1, c_desc, c_ptr, bias_ptr, off_m, off_n + SUB_N, M, N, stride_cm, stride_cn,
+                            stride_biasm, stride_biasn, beta, HAS_BIAS, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
+            else:
+                _store_tile(acc, c_desc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
+                            stride_biasm, stride_biasn, beta, HAS_BIAS, C_TMA, BLOCK_M, BLOCK_N)  # fmt: skip

@@ -1,0 +1,296 @@
+"""The two kernels and the launcher's choices: which path a call takes, each path against the
+float64 reference with forced configs (split-K, subtiled and pointer-stored epilogues, every
+operand layout), the split-K counters, the launch-plan cache and the heuristic's configs.
+
+On the CPU these run through Triton's interpreter, which supports device-side tensor
+descriptors (triton 3.7.1); the ``gpu`` tests add GPU-sized configs, the direct-launch fast
+path, and CUDA-graph capture.
+"""
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+from cases import DTYPES, bias_of, operand, randn
+from conftest import DEVICE, HAS_CUDA
+
+import inductor_mm_plugin  # noqa: F401  (registers the ops)
+from inductor_mm_plugin.kernels.configs import (
+    INTERPRETER_TMA,
+    SMEM_LIMIT_BYTES,
+    MatmulConfig,
+    Problem,
+    candidate_configs,
+    heuristic_config,
+    k_per_split,
+    smem_bytes,
+)
+from inductor_mm_plugin.ops import matmul as impl
+from inductor_mm_plugin.ops.reference import assert_matmul_close
+
+
+def poisoned(*shape, dtype):
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
+
+
+# ------------------------------------------------------------------------ path selection
+
+
+def _layout(a, b, out=None):
+    out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device) if out is None else out
+    return impl._tma_layout(a, b, out)
+
+
+def test_tma_path_for_aligned_operands_in_any_orientation():
+    M, N, K = 64, 48, 40  # bf16 rows of 80 / 96 / 128 bytes: all multiples of 16
+    for ta, tb in itertools.product((False, True), repeat=2):
+        a = operand(M, K, torch.bfloat16, transposed=ta)
+        b = operand(K, N, torch.bfloat16, transposed=tb)
+        a_kmajor, lda, b_kmajor, ldb, c_tma, ldc = _layout(a, b)
+        assert (a_kmajor, b_kmajor, c_tma) == (not ta, tb, True)
+        assert lda == (M if ta else K) and ldb == (K if tb else N) and ldc == N
+
+
+def test_pointer_path_for_unaligned_strided_or_batched_operands():
+    dt = torch.float16
+    # Rows of 56 halves (112 bytes) are 16-byte aligned; rows of 52 (104 bytes) are not.
+    assert _layout(randn(8, 56, dtype=dt), randn(56, 16, dtype=dt)) is not None
+    assert _layout(randn(8, 52, dtype=dt), randn(52, 16, dtype=dt)) is None
+    assert _layout(randn(8, 16, dtype=dt), randn(16, 52, dtype=dt)) is None
+    # A strided slice has no unit stride.
+    assert _layout(operand(16, 16, dt, sliced=True), randn(16, 16, dtype=dt)) is None
+    # A base pointer 2 bytes past an aligned one.
+    off = randn(16 * 16 + 1, dtype=dt)[1:].view(16, 16)
+    assert _layout(off, randn(16, 16, dtype=dt)) is None
+    # K == 0: a descriptor needs non-empty dimensions.
+    assert _layout(randn(8, 0, dtype=dt), randn(0, 16, dtype=dt)) is None
+    # Batches run on the pointer kernel.
+    a3, b3 = randn(2, 8, 16, dtype=dt), randn(2, 16, 16, dtype=dt)
+    assert impl._tma_layout(a3, b3, torch.empty(2, 8, 16, dtype=dt, device=DEVICE)) is None
+
+
+def test_size_one_dims_get_aligned_stand_in_strides():
+    dt = torch.bfloat16
+    # (1, K) with an odd reported row stride: the row stride is never used.
+    a = torch.as_strided(randn(1, 40, dtype=dt), (1, 40), (7, 1))
+    layout = _layout(a, randn(40, 32, dtype=dt))
+    assert layout is not None and layout[0] and (layout[1] * 2) % 16 == 0
+
+
+def test_output_that_is_not_row_major_is_stored_through_pointers():
+    dt = torch.float32
+    a, b = randn(24, 32, dtype=dt), randn(32, 20, dtype=dt)
+    col_major = torch.empty(20, 24, dtype=dt, device=DEVICE).t()
+    layout = _layout(a, b, col_major)
+    assert layout is not None and layout[4] is False and layout[5] == col_major.stride(0)
+
+
+# --------------------------------------------------------------- kernels against float64
+
+if HAS_CUDA:
+    TMA_CONFIGS = [
+        MatmulConfig("tma", 64, 64, 32, 8, 4, 3, epilogue_subtile=True, flatten=True),
+        MatmulConfig("tma", 128, 128, 64, 8, 8, 3, epilogue_subtile=True, flatten=True),
+        MatmulConfig("tma", 64, 128, 64, 4, 4, 3, split_k=3),
+        MatmulConfig("tma", 16, 64, 128, 1, 4, 4, split_k=2),
+        MatmulConfig("tma", 64, 64, 32, 8, 4, 3, split_k=4, epilogue_subtile=True),
+    ]
+else:
+    TMA_CONFIGS = [
+        INTERPRETER_TMA,
+        dataclasses.replace(INTERPRETER_TMA, epilogue_subtile=False, flatten=True),
+        dataclasses.replace(INTERPRETER_TMA, split_k=3),
+        dataclasses.replace(INTERPRETER_TMA, split_k=4, epilogue_subtile=False, group_m=1),
+    ]
+TMA_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("cfg", TMA_CONFIGS, ids=lambda c: c.short().replace(" ", "_"))
+@pytest.mark.parametrize("dtype", TMA_DTYPES, ids=str)
+@pytest.mark.parametrize("ta,tb", list(itertools.product((False, True), repeat=2)))
+def test_tma_kernel_forced_config(cfg, dtype, ta, tb):
+    # 72 x 40 x 136: partial tiles in every dimension; K = 136 leaves split-K slices of
+    # unequal length, and with 4 slices of 16 columns one slice reads past K entirely.
+    M, N, K = (72, 40, 136) if not HAS_CUDA else (312, 200, 1000)
+    a = operand(M, K, dtype, transposed=ta)
+    b = operand(K, N, dtype, transposed=tb)
+    out = poisoned(M, N, dtype=dtype)
+    plan = impl._launch(a, b, out, config=cfg)
+    assert plan.cfg.kernel == "tma"
+    assert_matmul_close(out, a, b, tf32=dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
+
+
+@pytest.mark.parametrize("cfg", TMA_CONFIGS[:3], ids=lambda c: c.short().replace(" ", "_"))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bias_shape", ["N", "M1", "MN", "scalar"])
+def test_tma_kernel_epilogue(cfg, dtype, bias_shape):
+    M, N, K = 40, 24, 72
+    a, b = operand(M, K, dtype), operand(K, N, dtype, transposed=True)
+    bias = bias_of(bias_shape, M, N, dtype)
+    out = poisoned(M, N, dtype=dtype)
+    plan = impl._launch(a, b, out, bias.expand(M, N), 0.5, -2.0, config=cfg)
+    assert plan.cfg.kernel == "tma"
+    assert_matmul_close(out, a, b, bias, beta=0.5, alpha=-2.0)
+
+
+@pytest.mark.parametrize("cfg", TMA_CONFIGS[:3], ids=lambda c: c.short().replace(" ", "_"))
+def test_tma_kernel_pointer_store(cfg):
+    # An output whose rows are 4 bytes apart from alignment: loads by TMA, stores by pointers.
+    M, N, K = 33, 20, 48
+    dtype = torch.float32
+    a, b = operand(M, K, dtype), operand(K, N, dtype)
+    buf = poisoned(M, N + 1, dtype=dtype)
+    out = buf[:, :N]
+    plan = impl._launch(a, b, out, config=cfg)
+    assert plan.cfg.kernel == "tma" and plan.layout[4] is False
+    assert_matmul_close(out, a, b)
+    assert buf[:, N].isnan().all()  # the column past N is untouched
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_split_k_counters_return_to_zero(dtype):
+    cfg = TMA_CONFIGS[2]
+    M, N, K = (40, 24, 200) if not HAS_CUDA else (256, 256, 4096)
+    a, b = operand(M, K, dtype), operand(K, N, dtype)
+    for _ in range(3):  # the same counters serve every launch
+        out = poisoned(M, N, dtype=dtype)
+        impl._launch(a, b, out, config=cfg)
+        assert_matmul_close(out, a, b)
+    stream = impl._current_stream(a.device)
+    assert int(impl._LOCKS[(a.device, stream)].abs().sum()) == 0
+
+
+def test_k_per_split_slices_never_overlap():
+    for K, bk, split in itertools.product((1, 15, 16, 17, 136, 1000, 4096), (16, 64, 256), (1, 2, 3, 4, 8)):
+        step = k_per_split(K, bk, split)
+        assert step % bk == 0 and step * split >= K
+
+
+# --------------------------------------------------------------------- launch-plan cache
+
+
+def test_plan_is_reused_and_keyed_on_alignment():
+    dt = torch.float32
+    a, b = randn(24, 32, dtype=dt), randn(32, 16, dtype=dt)
+    p1 = impl._launch(a, b, poisoned(24, 16, dtype=dt))
+    p2 = impl._launch(a, b, poisoned(24, 16, dtype=dt))
+    assert p1 is p2
+    # Same shape and strides, base 4 bytes off 16-byte alignment: another specialization.
+    big = randn(24 * 32 + 1, dtype=dt)
+    a_off = big[1:].view(24, 32)
+    p3 = impl._launch(a_off, b, poisoned(24, 16, dtype=dt))
+    assert p3 is not p1 and p3.cfg.kernel == "ptr"
+    assert_matmul_close(impl.mm_launch(a_off, b, out=poisoned(24, 16, dtype=dt)), a_off, b)
+
+
+def test_launch_matmul_takes_batch_one_as_one_matrix():
+    dt = torch.float16
+    a, b = randn(1, 32, 48, dtype=dt), randn(1, 48, 16, dtype=dt)
+    out = poisoned(1, 32, 16, dtype=dt)
+    impl.launch_matmul(a, b, out)
+    assert_matmul_close(out, a, b)
+    assert impl.chosen_config(a[0], b[0]).kernel == "tma"
+
+
+# ----------------------------------------------------------------------------- heuristic
+
+HEURISTIC_SHAPES = [
+    (1, 4096, 4096), (16, 14336, 4096), (64, 4096, 14336), (128, 14336, 4096), (768, 768, 768),
+    (1000, 1000, 1000), (2048, 4096, 4096), (8192, 28672, 4096), (2048, 2048, 32768), (1024, 1024, 65536),
+    (4097, 4095, 4096), (3, 5000, 300), (7, 7, 7),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("M,N,K", HEURISTIC_SHAPES)
+@pytest.mark.parametrize("elem", [2, 4])
+@pytest.mark.parametrize("tma", [True, False])
+def test_heuristic_and_candidates_fit_shared_memory(M, N, K, elem, tma):
+    p = Problem(M, N, K, 1, elem, {2: "bfloat16", 4: "float32"}[elem], tma=tma)
+    cfg = heuristic_config(p)
+    cfg.validate()
+    assert cfg.kernel == ("tma" if tma else "ptr")
+    assert smem_bytes(cfg, elem) <= SMEM_LIMIT_BYTES, cfg
+    cands = candidate_configs(p)
+    assert cands[0] == cfg and len(set(cands)) == len(cands)
+    for c in cands:
+        c.validate()
+        assert smem_bytes(c, elem) <= SMEM_LIMIT_BYTES, c
+        assert c.kernel == cfg.kernel
+        if c.split_k > 1:  # every slice has real K to read
+            assert k_per_split(K, c.block_k, c.split_k) * (c.split_k - 1) < K
+
+
+def test_heuristic_splits_k_only_when_the_grid_is_small():
+    big = heuristic_config(Problem(8192, 8192, 8192, 1, 2, "bfloat16", tma=True))
+    assert big.split_k == 1 and (big.block_m, big.block_n) in ((128, 256), (256, 128))
+    long_k = heuristic_config(Problem(1024, 1024, 65536, 1, 2, "bfloat16", tma=True))
+    assert long_k.split_k > 1
+
+
+def test_config_json_round_trip_and_validation():
+    cfg = MatmulConfig("tma", 128, 256, 64, 8, 8, 3, split_k=2, epilogue_subtile=True)
+    assert MatmulConfig.from_json(cfg.to_json()) == cfg
+    with pytest.raises(ValueError, match="power of two"):
+        MatmulConfig.from_json({**cfg.to_json(), "block_n": 96})
+    with pytest.raises(ValueError, match="unknown MatmulConfig fields"):
+        MatmulConfig.from_json({**cfg.to_json(), "blockn": 96})
+    with pytest.raises(ValueError, match="'tma' kernel only"):
+        MatmulConfig("ptr", 64, 64, 32, split_k=2).validate()
+
+
+# -------------------------------------------------------------------------- GPU only
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["row", "linear"])
+@pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (16, 4096, 14336), (128, 1024, 4096), (2048, 2048, 8192)])
+def test_heuristic_on_gpu_shapes(layout, M, N, K):
+    dt = torch.bfloat16
+    a = randn(M, K, dtype=dt)
+    b = randn(N, K, dtype=dt).t() if layout == "linear" else randn(K, N, dtype=dt)
+    for _ in range(3):  # the first call compiles; the others take the direct launch
+        a.normal_()
+        out = impl.mm_launch(a, b, out=poisoned(M, N, dtype=dt))
+        assert_matmul_close(out, a, b)
+    assert impl.chosen_config(a, b).kernel == "tma"
+
+
+@pytest.mark.gpu
+def test_split_k_under_cuda_graph_capture():
+    dt = torch.bfloat16
+    M, N, K = 16, 1024, 8192
+    a, b = randn(M, K, dtype=dt), randn(N, K, dtype=dt).t()
+    cfg = MatmulConfig("tma", 16, 64, 256, 1, 4, 4, split_k=4)
+    out = torch.empty(M, N, dtype=dt, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        impl._launch(a, b, out, config=cfg)  # compile and allocate counters outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        impl._launch(a, b, out, config=cfg)
+    for _ in range(3):
+        a.normal_()
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_matmul_close(out, a, b)
+
+
+@pytest.mark.gpu
+def test_warmup_then_capture_runs_the_warmed_config():
+    shapes = [(8, 2048, 4096)]
+    chosen = impl.warmup(shapes, torch.float16, layout="linear", tune=False)
+    cfg = chosen[shapes[0]]
+    a = randn(8, 4096, dtype=torch.float16)
+    b = randn(2048, 4096, dtype=torch.float16).t()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.graph(graph, stream=stream):
+        out = torch.ops.inductor_mm_plugin.mm(a, b)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_matmul_close(out, a, b)
+    assert impl.chosen_config(a, b) == cfg

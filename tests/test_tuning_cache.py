@@ -1,0 +1,169 @@
+"""The autotuning cache on disk, with a fake timing function (the real tuner needs a GPU):
+a warm cache tunes nothing, also in a second process; corrupt, foreign and concurrently
+written files do no harm."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from inductor_mm_plugin.kernels.configs import MatmulConfig, Problem
+from inductor_mm_plugin.kernels.tuning import TuningCache, autotune, kernel_source_hash
+
+CANDIDATES = [
+    MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True),
+    MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True),
+    MatmulConfig("tma", 64, 128, 64, 8, 4, 4, split_k=2),
+]
+FAKE_MS = {CANDIDATES[0]: 2.0, CANDIDATES[1]: 1.0, CANDIDATES[2]: 3.0}
+KEY = Problem(4096, 4096, 4096, 1, 2, "bfloat16", tma=True).bucket()
+
+
+class FakeTimer:
+    def __init__(self, fail=()):
+        self.calls = []
+        self.fail = set(fail)
+
+    def __call__(self, cfg):
+        self.calls.append(cfg)
+        if cfg in self.fail:
+            raise RuntimeError("out of resource: shared memory")
+        return FAKE_MS[cfg]
+
+
+def make_cache(tmp_path, gpu="NVIDIA H200", triton_version="3.6.0"):
+    return TuningCache(gpu, triton_version, kernel_source_hash(), directory=tmp_path)
+
+
+def test_cold_cache_times_every_candidate_and_stores_the_best(tmp_path):
+    timer = FakeTimer()
+    best = autotune(KEY, CANDIDATES, timer, make_cache(tmp_path))
+    assert best == CANDIDATES[1]
+    assert timer.calls == CANDIDATES
+    data = json.loads(make_cache(tmp_path).path.read_text())
+    assert data["header"]["gpu"] == "NVIDIA H200" and data["header"]["triton"] == "3.6.0"
+    assert MatmulConfig.from_json(data["entries"][KEY]["config"]) == best
+
+
+def test_warm_cache_tunes_nothing(tmp_path):
+    autotune(KEY, CANDIDATES, FakeTimer(), make_cache(tmp_path))
+    timer = FakeTimer()
+    # A new cache object reads the file, as a new process would.
+    assert autotune(KEY, CANDIDATES, timer, make_cache(tmp_path)) == CANDIDATES[1]
+    assert timer.calls == []
+
+
+def test_second_process_with_a_warm_cache_tunes_nothing(tmp_path):
+    autotune(KEY, CANDIDATES, FakeTimer(), make_cache(tmp_path))
+    script = textwrap.dedent(
+        f"""
+        from inductor_mm_plugin.kernels.configs import MatmulConfig
+        from inductor_mm_plugin.kernels.tuning import TuningCache, autotune, kernel_source_hash
+        calls = []
+        def timer(cfg):
+            calls.append(cfg)
+            return 1.0
+        cache = TuningCache("NVIDIA H200", "3.6.0", kernel_source_hash())
+        best = autotune({KEY!r}, [MatmulConfig("tma", 64, 64, 64)], timer, cache)
+        print(len(calls), best.block_m, best.block_n)
+        """
+    )
+    env = {**os.environ, "INDUCTOR_MM_PLUGIN_CACHE_DIR": str(tmp_path)}
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "128", "128"]
+
+
+def test_cache_is_keyed_by_gpu_triton_and_source(tmp_path):
+    autotune(KEY, CANDIDATES, FakeTimer(), make_cache(tmp_path))
+    for other in (make_cache(tmp_path, gpu="NVIDIA H100 80GB HBM3"), make_cache(tmp_path, triton_version="3.7.1")):
+        assert other.path != make_cache(tmp_path).path
+        assert other.get(KEY) is None
+    moved = TuningCache("NVIDIA H200", "3.6.0", "0" * 16, directory=tmp_path)
+    assert moved.get(KEY) is None
+
+
+def test_file_with_a_foreign_header_is_ignored(tmp_path):
+    cache = make_cache(tmp_path)
+    autotune(KEY, CANDIDATES, FakeTimer(), cache)
+    data = json.loads(cache.path.read_text())
+    data["header"]["source"] = "edited-kernel"
+    cache.path.write_text(json.dumps(data))
+    assert make_cache(tmp_path).get(KEY) is None
+
+
+@pytest.mark.parametrize("garbage", ["", "{", "[]", '{"header": 1}', '{"header": null, "entries": []}', "\x00\xff"])
+def test_corrupt_file_is_treated_as_empty_and_replaced(tmp_path, garbage):
+    cache = make_cache(tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    cache.path.write_text(garbage, errors="ignore")
+    timer = FakeTimer()
+    assert autotune(KEY, CANDIDATES, timer, make_cache(tmp_path)) == CANDIDATES[1]
+    assert len(timer.calls) == len(CANDIDATES)
+    assert make_cache(tmp_path).get(KEY) == CANDIDATES[1]  # the file parses again
+
+
+def test_one_bad_entry_does_not_spoil_the_rest(tmp_path):
+    cache = make_cache(tmp_path)
+    autotune(KEY, CANDIDATES, FakeTimer(), cache)
+    data = json.loads(cache.path.read_text())
+    data["entries"]["broken"] = {"config": {"kernel": "tma", "block_m": 96}, "ms": 1}
+    cache.path.write_text(json.dumps(data))
+    fresh = make_cache(tmp_path)
+    assert fresh.get("broken") is None
+    assert fresh.get(KEY) == CANDIDATES[1]
+
+
+def test_writers_merge_instead_of_overwriting(tmp_path):
+    # Two processes' caches, both loaded before either wrote.
+    first, second = make_cache(tmp_path), make_cache(tmp_path)
+    assert first.get("a") is None and second.get("b") is None
+    first.put("a", CANDIDATES[0], 1.0)
+    second.put("b", CANDIDATES[1], 1.0)
+    fresh = make_cache(tmp_path)
+    assert fresh.get("a") == CANDIDATES[0] and fresh.get("b") == CANDIDATES[1]
+
+
+def test_concurrent_processes_leave_a_valid_file(tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys
+        from inductor_mm_plugin.kernels.configs import MatmulConfig
+        from inductor_mm_plugin.kernels.tuning import TuningCache, kernel_source_hash
+        cache = TuningCache("NVIDIA H200", "3.6.0", kernel_source_hash())
+        for i in range(25):
+            cache.put(f"p{sys.argv[1]}-{i}", MatmulConfig("tma", 64, 64, 64), float(i))
+        """
+    )
+    env = {**os.environ, "INDUCTOR_MM_PLUGIN_CACHE_DIR": str(tmp_path)}
+    env.pop("TRITON_INTERPRET", None)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(i)], env=env) for i in range(4)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    cache = make_cache(tmp_path)
+    entries = json.loads(cache.path.read_text())["entries"]  # parses: no torn writes
+    assert entries and all(k.startswith("p") for k in entries)
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]  # no temp files left
+
+
+def test_failing_candidates_drop_out(tmp_path):
+    timer = FakeTimer(fail={CANDIDATES[1]})
+    assert autotune(KEY, CANDIDATES, timer, make_cache(tmp_path)) == CANDIDATES[0]
+    with pytest.raises(RuntimeError, match="no candidate ran"):
+        autotune("other", CANDIDATES, FakeTimer(fail=set(CANDIDATES)), make_cache(tmp_path))
+
+
+def test_unwritable_directory_costs_a_retune_not_an_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    cache = TuningCache("NVIDIA H200", "3.6.0", kernel_source_hash(), directory=blocker / "cache")
+    assert autotune(KEY, CANDIDATES, FakeTimer(), cache) == CANDIDATES[1]
+
+
+def test_bucket_rounds_dimensions_and_keeps_layout():
+    p = Problem(1000, 14336, 4096, 1, 2, "bfloat16", tma=True, b_kmajor=True)
+    assert p.bucket() == "tma|bfloat16|kk|c1|bias0|b1|1024x16384x4096"
+    assert Problem(1000, 14336, 4096, 1, 2, "bfloat16", tma=True).bucket() != p.bucket()
+    assert Problem(1024, 16384, 4096, 1, 2, "bfloat16", tma=True, b_kmajor=True).bucket() == p.bucket()
