@@ -1,36 +1,51 @@
-"""Time the plugin's matmul against torch.mm (cuBLAS), side by side, in one run.
+"""The issue's benchmark table: the plugin's matmul against torch.mm (cuBLAS), in one run.
 
-    python bench/bench_mm.py                      # the default shape set, bf16
-    python bench/bench_mm.py --classes square llm --dtypes bf16 fp16 --out bench/results
+    python bench/bench_mm.py                                   # the whole table
+    python bench/bench_mm.py --classes skinny --dtypes bf16    # a part of it
+    python bench/bench_mm.py --inductor-shapes 4096x4096x4096  # + Inductor max-autotune there
 
-Each row: fresh random inputs; the plugin's output checked against a float64 reference
-(the same bound the tests use) before any number is printed; then the median of
-``triton.testing.do_bench`` (which flushes L2 between repetitions) for torch.mm and for
-the plugin op, or of ``do_bench_cudagraph`` for the skinny class, where launch overhead
-would otherwise be half the time. TFLOP/s = 2*M*N*K / median; ratio = plugin / torch.mm
-throughput (above 1 is faster). Skinny rows also report the fraction of the copy
-bandwidth measured in the same run (bytes = A + B + C).
+Classes (named shape sets below): square, llm (prefill), skinny (decode), odd, largek, each in
+bf16 and fp16, with B row-major ("row") and as a transposed (N, K) weight as ``nn.Linear``
+passes it ("linear"); and fp32 with TF32 allowed. Implementations, each a zero-argument
+callable timed the same way:
 
-Writes ``<out>/<date>-<gpu>-mm.json`` and ``.md`` with date, GPU, torch and triton versions.
+* ``aten``: ``torch.mm`` (cuBLAS), the baseline;
+* ``plugin``: ``torch.ops.inductor_mm_plugin.mm`` with the shape heuristic's config;
+* ``tuned``: the same op with autotuning on (rows of ``--tune-classes``; tuned outside the
+  timed region, through the on-disk cache);
+* ``inductor``: ``torch.compile(torch.mm, mode="max-autotune-no-cudagraphs")``, compiled
+  outside the timed region after ``torch._dynamo.reset()``, for ``--inductor-shapes``
+  (each compile takes tens of seconds, so a subset).
+
+Per row: fresh random inputs; every implementation's output checked against the float64
+reference with the tests' error bound before anything is timed; then the median of
+``triton.testing.do_bench`` (L2 flushed between reps), or of ``do_bench_cudagraph`` for the
+skinny class, where launch overhead would otherwise be half the time. TFLOP/s = 2*M*N*K /
+median; ratio = torch.mm time / plugin time (above 1: the plugin is faster). Skinny rows
+also report the fraction of the device copy bandwidth measured in the same run (bytes =
+A + B + C); the others the fraction of the best cuBLAS rate of the run (its "peak").
+
+Kernels are compiled before timing in a pool of processes (Triton's disk cache is shared).
+Writes ``<out>/<date>-<gpu>.json`` (one row per shape: class, shape, dtype, layout,
+cublas_tflops, plugin_tflops, ratio, and extras) and ``.md`` with the date, GPU, torch and
+triton versions, and the geomean and minimum ratio per class.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import datetime
 import json
 import math
+import multiprocessing as mp
+import os
 import pathlib
 import platform
 import sys
+import time
 
 import torch
-import triton
-import triton.testing
-
-import inductor_mm_plugin
-from inductor_mm_plugin.ops.matmul import set_autotune
-from inductor_mm_plugin.ops.reference import assert_matmul_close
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -41,20 +56,85 @@ SHAPES = {
     "skinny": [(m, n, k) for m in (1, 8, 16, 32, 64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
     "odd": [(1000, 1000, 1000), (1531, 1531, 1531), (4097, 4095, 4096), (2000, 3000, 500), (768, 768, 768)],
     "largek": [(2048, 2048, 32768), (1024, 1024, 65536)],
+    "fp32": [(4096, 4096, 4096), (8192, 4096, 4096)],
 }
+# Targets from issue 5: (geomean ratio, lowest ratio allowed) per class.
+TARGETS = {"llm": (1.00, 0.90), "skinny": (1.03, 0.95), "odd": (None, 0.90), "largek": (None, 1.00),
+           "fp32": (None, 0.90), "square": (None, None)}  # fmt: skip
+SKINNY_BW_TARGET = 0.85
 
 
-def make_operands(M, N, K, dtype, layout):
-    a = torch.randn(M, K, device="cuda", dtype=dtype)
+def rows_of(classes, dtypes, layouts):
+    """(class, (M, N, K), dtype, layout) for every row of the table, in run order."""
+    rows = []
+    for cls in classes:
+        for dtype_name in ["fp32"] if cls == "fp32" else [d for d in dtypes if d != "fp32"]:
+            for layout in layouts:
+                for shape in SHAPES[cls]:
+                    rows.append((cls, shape, dtype_name, layout))
+    return rows
+
+
+def make_operands(M, N, K, dtype, layout, fill=True):
+    new = torch.randn if fill else torch.empty
+    a = new(M, K, device="cuda", dtype=dtype)
     if layout == "linear":  # B is a transposed (N, K) weight, as nn.Linear passes it
-        b = torch.randn(N, K, device="cuda", dtype=dtype).t()
+        b = new(N, K, device="cuda", dtype=dtype).t()
     else:
-        b = torch.randn(K, N, device="cuda", dtype=dtype)
+        b = new(K, N, device="cuda", dtype=dtype)
     return a, b
+
+
+# ------------------------------------------------------------------- parallel compile
+
+
+def _compile_row(job):
+    """Worker: compile the heuristic's kernel for a row, and the tuning candidates if asked."""
+    (cls, (M, N, K), dtype_name, layout), tune = job
+    torch.backends.cuda.matmul.allow_tf32 = dtype_name == "fp32"
+    from inductor_mm_plugin.ops import matmul as impl
+
+    a, b = make_operands(M, N, K, DTYPES[dtype_name], layout, fill=False)
+    out = torch.empty(M, N, device="cuda", dtype=a.dtype)
+    errors = []
+    configs = [None] + (impl._candidates_for(a, b) if tune else [])
+    for cfg in configs:
+        try:
+            impl._launch(a, b, out, config=cfg, compile_only=True)
+        except Exception as e:  # noqa: BLE001  (reported; the timed run compiles again and shows it)
+            errors.append(f"{cfg.short() if cfg else 'heuristic'}: {type(e).__name__}: {str(e)[:200]}")
+    return errors
+
+
+def _spec(x):
+    # Triton specializes integer arguments on == 1 and on divisibility by 16.
+    return 1 if x == 1 else 16 if x % 16 == 0 else 0
+
+
+def precompile(rows, tune_classes, jobs):
+    seen, jobs_list = set(), []
+    for row in rows:
+        tune = row[0] in tune_classes
+        key = (row[0] == "skinny", row[1], row[2], row[3], tune)  # one job per distinct call
+        if key not in seen:
+            seen.add(key)
+            jobs_list.append((row, tune))
+    t0 = time.time()
+    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        errors = [e for errs in pool.map(_compile_row, jobs_list, chunksize=1) for e in errs]
+    print(f"precompiled {len(jobs_list)} calls in {time.time() - t0:.0f}s ({jobs} processes); "
+          f"{len(errors)} compile errors", flush=True)  # fmt: skip
+    for e in errors[:10]:
+        print("  ", e, flush=True)
+
+
+# ----------------------------------------------------------------------------- timing
 
 
 def copy_bandwidth_gbs() -> float:
     """Device-to-device copy rate (bytes read + written per second), measured now."""
+    import triton.testing
+
     src = torch.empty(2**30 // 2, device="cuda", dtype=torch.bfloat16).normal_()
     dst = torch.empty_like(src)
     ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=100, return_mode="median")
@@ -62,93 +142,201 @@ def copy_bandwidth_gbs() -> float:
 
 
 def time_ms(fn, cudagraph: bool) -> float:
+    import triton.testing
+
     if cudagraph:
-        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-def bench_row(cls, M, N, K, dtype_name, layout, copy_gbs, tune):
+def implementations(a, b, row, tune_classes, inductor_shapes):
+    """name -> (zero-argument callable, prepare()); ``aten`` is the baseline."""
+    from inductor_mm_plugin.ops.matmul import set_autotune
+
+    cls, shape, _, _ = row
+    impls = {"aten": lambda: torch.mm(a, b), "plugin": lambda: torch.ops.inductor_mm_plugin.mm(a, b)}
+    if cls in tune_classes:
+
+        def tuned():
+            old = set_autotune(True)
+            try:
+                return torch.ops.inductor_mm_plugin.mm(a, b)
+            finally:
+                set_autotune(old)
+
+        impls["tuned"] = tuned
+    if "x".join(map(str, shape)) in inductor_shapes:
+        torch._dynamo.reset()
+        compiled = torch.compile(torch.mm, mode="max-autotune-no-cudagraphs")
+        impls["inductor"] = lambda: compiled(a, b)
+    return impls
+
+
+def bench_row(row, copy_gbs, tune_classes, inductor_shapes):
+    from inductor_mm_plugin.ops.matmul import chosen_config, set_autotune
+    from inductor_mm_plugin.ops.reference import assert_matmul_close
+
+    cls, (M, N, K), dtype_name, layout = row
     dtype = DTYPES[dtype_name]
+    torch.backends.cuda.matmul.allow_tf32 = dtype == torch.float32
     a, b = make_operands(M, N, K, dtype, layout)
-    plugin = lambda: torch.ops.inductor_mm_plugin.mm(a, b)  # noqa: E731
-    aten = lambda: torch.mm(a, b)  # noqa: E731
-    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    assert_matmul_close(plugin(), a, b, tf32=tf32)  # heuristic config, compiled here
     cudagraph = cls == "skinny"
-    aten_ms, plugin_ms = time_ms(aten, cudagraph), time_ms(plugin, cudagraph)
-    tuned_ms = None
-    if tune:
-        old = set_autotune(True)
-        try:
-            assert_matmul_close(plugin(), a, b, tf32=tf32)  # autotunes here, outside the timed region
-            tuned_ms = time_ms(plugin, cudagraph)
-        finally:
-            set_autotune(old)
+    impls = implementations(a, b, row, tune_classes, inductor_shapes)
+    compile_s = {}
+    for name, fn in impls.items():
+        t0 = time.time()
+        out = fn()  # compiles (and for "tuned", tunes) outside the timed region
+        compile_s[name] = time.time() - t0
+        if name != "aten":
+            assert_matmul_close(out, a, b, tf32=dtype == torch.float32)
+        del out
+    ms = {name: time_ms(fn, cudagraph) for name, fn in impls.items()}
     flops = 2.0 * M * N * K
-    row = {
+    tflops = {name: flops / t / 1e9 for name, t in ms.items()}
+    heur = chosen_config(a, b)
+    old = set_autotune(True)
+    tuned_cfg = chosen_config(a, b) if "tuned" in impls else None
+    set_autotune(old)
+    r = {
         "class": cls,
         "shape": [M, N, K],
         "dtype": dtype_name,
         "layout": layout,
-        "timing": "cudagraph" if cudagraph else "do_bench",
-        "cublas_ms": aten_ms,
-        "plugin_ms": plugin_ms,
-        "cublas_tflops": flops / aten_ms / 1e9,
-        "plugin_tflops": flops / plugin_ms / 1e9,
-        "ratio": aten_ms / plugin_ms,
+        "timing": "do_bench_cudagraph" if cudagraph else "do_bench",
+        "cublas_ms": ms["aten"],
+        "plugin_ms": ms["plugin"],
+        "cublas_tflops": tflops["aten"],
+        "plugin_tflops": tflops["plugin"],
+        "ratio": ms["aten"] / ms["plugin"],
+        "plugin_config": heur.short() if heur else None,
     }
-    if tuned_ms is not None:
-        row.update(tuned_ms=tuned_ms, tuned_tflops=flops / tuned_ms / 1e9, tuned_ratio=aten_ms / tuned_ms)
+    if "tuned" in ms:
+        r.update(tuned_ms=ms["tuned"], tuned_tflops=tflops["tuned"], tuned_ratio=ms["aten"] / ms["tuned"],
+                 tuned_config=tuned_cfg.short() if tuned_cfg else None, tune_s=compile_s["tuned"])  # fmt: skip
+    if "inductor" in ms:
+        r.update(inductor_ms=ms["inductor"], inductor_tflops=tflops["inductor"],
+                 inductor_ratio=ms["aten"] / ms["inductor"], inductor_compile_s=compile_s["inductor"])  # fmt: skip
     if cudagraph:
         moved = (M * K + K * N + M * N) * a.element_size()
-        row["cublas_bw_frac"] = moved / (aten_ms * 1e-3) / 1e9 / copy_gbs
-        row["plugin_bw_frac"] = moved / (plugin_ms * 1e-3) / 1e9 / copy_gbs
-    return row
+        for name in ms:
+            r[f"{'cublas' if name == 'aten' else name}_bw_frac"] = moved / (ms[name] * 1e-3) / 1e9 / copy_gbs
+    return r
+
+
+# ---------------------------------------------------------------------------- report
 
 
 def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def to_markdown(meta, rows):
+def summary(rows):
+    """(class, dtype, layout) -> dict of geomean/min ratios (and skinny bandwidth)."""
+    out = {}
+    for key in sorted({(r["class"], r["dtype"], r["layout"]) for r in rows}):
+        rs = [r for r in rows if (r["class"], r["dtype"], r["layout"]) == key]
+        s = {"n": len(rs), "geomean": geomean([r["ratio"] for r in rs]), "min": min(r["ratio"] for r in rs)}
+        if all("tuned_ratio" in r for r in rs):
+            s["tuned_geomean"] = geomean([r["tuned_ratio"] for r in rs])
+            s["tuned_min"] = min(r["tuned_ratio"] for r in rs)
+            s["heuristic_within_10pct_of_tuned"] = sum(r["plugin_ms"] <= 1.1 * r["tuned_ms"] for r in rs)
+        if key[0] == "skinny":
+            s["min_bw_frac"] = min(r["plugin_bw_frac"] for r in rs)
+            s["cublas_min_bw_frac"] = min(r["cublas_bw_frac"] for r in rs)
+        out["/".join(key)] = s
+    return out
+
+
+def _f(x, fmt):
+    return format(x, fmt) if isinstance(x, (int, float)) and math.isfinite(x) else ""
+
+
+def to_markdown(meta, rows, summ):
     lines = [
         f"# Plugin matmul vs torch.mm — {meta['date']}",
         "",
-        f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, plugin {meta['plugin']}; "
-        f"copy bandwidth measured in this run: {meta['copy_gbs']:.0f} GB/s. Median of do_bench "
-        "(L2 flushed between reps); skinny rows under CUDA graphs. ratio = torch.mm time / plugin time.",
+        f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, plugin {meta['plugin']} "
+        f"(commit {meta['commit']}). Copy bandwidth measured in this run: {meta['copy_gbs']:.0f} GB/s; best "
+        f"cuBLAS bf16/fp16 rate of the run (\"peak\"): {meta['peak_tflops']:.0f} TFLOP/s. Median of "
+        "`do_bench` (L2 flushed between reps); skinny rows: median of `do_bench_cudagraph`. "
+        "ratio = torch.mm time / plugin time (above 1: the plugin is faster). `tuned` = the plugin "
+        "with autotuning (classes " + ", ".join(meta["tune_classes"]) + "); `inductor` = "
+        "`torch.compile(torch.mm, mode=\"max-autotune-no-cudagraphs\")` (shapes "
+        + (", ".join(meta["inductor_shapes"]) or "none") + ").",
         "",
-        "| class | M×N×K | dtype | layout | torch.mm TFLOP/s | plugin TFLOP/s | ratio | tuned TFLOP/s | tuned ratio | plugin % of copy BW |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "## Per class (geomean and lowest ratio; targets from issue 5)",
+        "",
+        "| class | dtype | layout | rows | geomean | min | target | tuned geomean | tuned min | heuristic ≤ 1.1× tuned | "
+        "lowest % of copy BW |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, s in summ.items():
+        cls, dtype, layout = key.split("/")
+        g, lo = TARGETS.get(cls, (None, None))
+        target = " / ".join(x for x in [f"geomean ≥ {g:.2f}" if g else "", f"min ≥ {lo:.2f}" if lo else ""] if x)
+        if cls == "skinny":
+            target += f", ≥ {SKINNY_BW_TARGET:.0%} BW"
+        within = f"{s['heuristic_within_10pct_of_tuned']}/{s['n']}" if "tuned_geomean" in s else ""
+        bw = f"{100 * s['min_bw_frac']:.0f}% (cuBLAS {100 * s['cublas_min_bw_frac']:.0f}%)" if "min_bw_frac" in s else ""
+        lines.append(
+            f"| {cls} | {dtype} | {layout} | {s['n']} | {s['geomean']:.3f} | {s['min']:.3f} | {target} | "
+            f"{_f(s.get('tuned_geomean'), '.3f')} | {_f(s.get('tuned_min'), '.3f')} | {within} | {bw} |"
+        )
+    lines += [
+        "",
+        "## Rows",
+        "",
+        "| class | M×N×K | dtype | layout | torch.mm TFLOP/s | plugin TFLOP/s | ratio | % peak / BW | plugin config | "
+        "tuned ratio | inductor ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        bw = f"{100 * r['plugin_bw_frac']:.0f}%" if "plugin_bw_frac" in r else ""
         M, N, K = r["shape"]
+        if "plugin_bw_frac" in r:
+            frac = f"{100 * r['plugin_bw_frac']:.0f}% BW"
+        else:
+            frac = f"{100 * r['plugin_tflops'] / meta['peak_tflops']:.0f}%" if r["dtype"] != "fp32" else ""
         lines.append(
             f"| {r['class']} | {M}×{N}×{K} | {r['dtype']} | {r['layout']} | {r['cublas_tflops']:.1f} | "
-            f"{r['plugin_tflops']:.1f} | {r['ratio']:.2f} | {r.get('tuned_tflops', float('nan')):.1f} | "
-            f"{r.get('tuned_ratio', float('nan')):.2f} | {bw} |"
+            f"{r['plugin_tflops']:.1f} | {r['ratio']:.2f} | {frac} | {r.get('plugin_config') or ''} | "
+            f"{_f(r.get('tuned_ratio'), '.2f')} | {_f(r.get('inductor_ratio'), '.2f')} |"
         )
-    lines += ["", "| class | dtype | layout | geomean ratio | min ratio |", "|---|---|---|---|---|"]
-    groups = sorted({(r["class"], r["dtype"], r["layout"]) for r in rows})
-    for g in groups:
-        rs = [r["ratio"] for r in rows if (r["class"], r["dtype"], r["layout"]) == g]
-        lines.append(f"| {g[0]} | {g[1]} | {g[2]} | {geomean(rs):.3f} | {min(rs):.3f} |")
     return "\n".join(lines) + "\n"
+
+
+def _git_commit():
+    try:
+        import subprocess
+
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+    except Exception:  # noqa: BLE001
+        return "unknown"
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--classes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    p.add_argument("--dtypes", nargs="+", default=["bf16"], choices=list(DTYPES))
-    p.add_argument("--layouts", nargs="+", default=["row"], choices=["row", "linear"])
+    p.add_argument("--dtypes", nargs="+", default=["bf16", "fp16"], choices=["bf16", "fp16"])
+    p.add_argument("--layouts", nargs="+", default=["row", "linear"], choices=["row", "linear"])
+    p.add_argument("--tune-classes", nargs="*", default=[], choices=list(SHAPES),
+                   help="also time the autotuned plugin on these classes' rows")  # fmt: skip
+    p.add_argument("--inductor-shapes", nargs="*", default=[], metavar="MxNxK",
+                   help="also time Inductor max-autotune on these shapes (every dtype/layout row of them)")  # fmt: skip
+    p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
     p.add_argument("--out", default="bench/results")
-    p.add_argument("--tag", default="mm")
-    p.add_argument("--tune", action="store_true", help="also time the autotuned kernel")
+    p.add_argument("--tag", default="")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_mm.py times GPU kernels: it needs a CUDA device")
+    import triton
 
+    import inductor_mm_plugin
+
+    rows_todo = rows_of(args.classes, args.dtypes, args.layouts)
+    if args.jobs > 1:
+        precompile(rows_todo, set(args.tune_classes), args.jobs)
     copy_gbs = copy_bandwidth_gbs()
     meta = {
         "date": datetime.date.today().isoformat(),
@@ -156,28 +344,36 @@ def main(argv=None):
         "torch": torch.__version__,
         "triton": triton.__version__,
         "plugin": inductor_mm_plugin.__version__,
+        "commit": _git_commit(),
         "python": platform.python_version(),
         "copy_gbs": copy_gbs,
+        "tune_classes": args.tune_classes,
+        "inductor_shapes": args.inductor_shapes,
     }
     rows = []
-    for cls in args.classes:
-        for dtype_name in args.dtypes:
-            for layout in args.layouts:
-                for M, N, K in SHAPES[cls]:
-                    row = bench_row(cls, M, N, K, dtype_name, layout, copy_gbs, args.tune)
-                    rows.append(row)
-                    print(
-                        f"{cls:7s} {M:6d}x{N:6d}x{K:6d} {dtype_name} {layout:6s} "
-                        f"torch.mm {row['cublas_tflops']:7.1f}  plugin {row['plugin_tflops']:7.1f}  "
-                        f"ratio {row['ratio']:.3f}  tuned {row.get('tuned_ratio', float('nan')):.3f}",
-                        flush=True,
-                    )
-    md = to_markdown(meta, rows)
+    t_start = time.time()
+    for row in rows_todo:
+        r = bench_row(row, copy_gbs, set(args.tune_classes), set(args.inductor_shapes))
+        rows.append(r)
+        M, N, K = r["shape"]
+        extra = "".join(
+            f"  {name} {r[name + '_ratio']:.3f}" for name in ("tuned", "inductor") if name + "_ratio" in r
+        )
+        bw = f"  BW {100 * r['plugin_bw_frac']:.0f}% (cuBLAS {100 * r['cublas_bw_frac']:.0f}%)" if "plugin_bw_frac" in r else ""
+        print(
+            f"{r['class']:7s} {M:6d}x{N:6d}x{K:6d} {r['dtype']} {r['layout']:6s} torch.mm {r['cublas_tflops']:7.1f}  "
+            f"plugin {r['plugin_tflops']:7.1f}  ratio {r['ratio']:.3f}{extra}{bw}  [{r['plugin_config']}]",
+            flush=True,
+        )
+    meta["bench_seconds"] = time.time() - t_start
+    meta["peak_tflops"] = max([r["cublas_tflops"] for r in rows if r["dtype"] != "fp32"] or [float("nan")])
+    summ = summary(rows)
+    md = to_markdown(meta, rows, summ)
     print(md)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{meta['date']}-{meta['gpu'].replace(' ', '_')}-{args.tag}"
-    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    stem = f"{meta['date']}-{meta['gpu'].replace(' ', '_')}" + (f"-{args.tag}" if args.tag else "")
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "summary": summ, "rows": rows}, indent=1))
     (out / f"{stem}.md").write_text(md)
 
 

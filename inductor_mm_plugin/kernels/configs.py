@@ -100,13 +100,15 @@ class Problem:
     c_tma: bool = True  # the output takes a TMA store
     has_bias: bool = False
     num_sms: int = DEFAULT_NUM_SMS
+    precision: str = "ieee"  # the dot's input precision: "ieee", or "tf32" for fp32 with TF32 allowed
 
     def bucket(self) -> str:
         """The autotuning cache key: layout facts plus each dimension rounded up to a power of two."""
         kind = "tma" if self.tma else "ptr"
         layout = ("k" if self.a_kmajor else "m") + ("k" if self.b_kmajor else "n")
         dims = "x".join(str(_pow2_ceil(d)) for d in (self.M, self.N, self.K))
-        return f"{kind}|{self.dtype}|{layout}|c{int(self.c_tma)}|bias{int(self.has_bias)}|b{min(self.batch, 2)}|{dims}"
+        dtype = "tf32" if self.precision == "tf32" else self.dtype
+        return f"{kind}|{dtype}|{layout}|c{int(self.c_tma)}|bias{int(self.has_bias)}|b{min(self.batch, 2)}|{dims}"
 
 
 def _pow2_ceil(x: int) -> int:
@@ -170,7 +172,9 @@ def heuristic_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
         # Exercise split-K on the CPU as well when K is long next to the output.
         split = 2 if p.K >= 4 * max(p.M, p.N) and p.K >= 64 else 1
         return dataclasses.replace(INTERPRETER_TMA, split_k=split)
-    if not p.tma:
+    if not p.tma or (p.elem_bytes == 4 and p.precision != "tf32"):
+        # fp32 without TF32 runs on CUDA cores; in the TMA kernel the transposed-operand
+        # layouts spill thousands of bytes (ptxas, triton 3.6, sm_90), the pointer kernel none.
         return _heuristic_ptr(p)
     if p.elem_bytes == 4:
         return _heuristic_tma_fp32(p)
@@ -263,7 +267,7 @@ def candidate_configs(p: Problem, interpreting: bool = False) -> list[MatmulConf
     first = heuristic_config(p, interpreting)
     if interpreting:
         return [first]
-    if not p.tma:
+    if first.kernel == "ptr":
         rows = [
             (128, 128, 64, 8, 8, 3), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 4, 3), (64, 64, 64, 8, 4, 3),
             (64, 64, 32, 8, 4, 2), (128, 128, 32, 8, 8, 2), (32, 64, 128, 1, 4, 3), (16, 64, 128, 1, 4, 3),

@@ -50,15 +50,23 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 def _store_tile(
     acc, c_desc, c_ptr, bias_ptr, off_m, off_n, M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn, beta,
-    HAS_BIAS: tl.constexpr, C_TMA: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    HAS_BIAS: tl.constexpr, BIAS_MODE: tl.constexpr, C_TMA: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
 ):  # fmt: skip
     if HAS_BIAS or not C_TMA:
         offs_m = off_m + tl.arange(0, BM)
         offs_n = off_n + tl.arange(0, BN)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if HAS_BIAS:
-        bias_ptrs = bias_ptr + offs_m[:, None] * stride_biasm + offs_n[None, :] * stride_biasn
-        acc = acc + beta * tl.load(bias_ptrs, mask=mask, other=0.0).to(tl.float32)
+        # A broadcast bias is loaded as the vector it is: fewer loads and registers than
+        # the (BM, BN) tile of addresses (which spilled with 128 x 256 tiles).
+        if BIAS_MODE == "n":  # (N,) or (1, N): one row, or a scalar (both strides 0)
+            bias = tl.load(bias_ptr + offs_n * stride_biasn, mask=offs_n < N, other=0.0)[None, :]
+        elif BIAS_MODE == "m":  # (M, 1): one column
+            bias = tl.load(bias_ptr + offs_m * stride_biasm, mask=offs_m < M, other=0.0)[:, None]
+        else:
+            bias = tl.load(bias_ptr + offs_m[:, None] * stride_biasm + offs_n[None, :] * stride_biasn, mask=mask,
+                           other=0.0)  # fmt: skip
+        acc = acc + beta * bias.to(tl.float32)
     if C_TMA:
         # The descriptor clips rows and columns past M and N.
         c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
@@ -77,6 +85,7 @@ def _matmul_kernel_tma(
     B_KMAJOR: tl.constexpr,
     C_TMA: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    BIAS_MODE: tl.constexpr,  # "n": stride_biasm == 0, "m": stride_biasn == 0, "mn": neither
     SCALE_ACC: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
     INTERPRETER_BF16: tl.constexpr,
@@ -171,9 +180,9 @@ def _matmul_kernel_tma(
                 acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
                 acc0, acc1 = tl.split(acc3)
                 _store_tile(acc0, c_desc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
-                            stride_biasm, stride_biasn, beta, HAS_BIAS, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
+                            stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
                 _store_tile(acc1, c_desc, c_ptr, bias_ptr, off_m, off_n + SUB_N, M, N, stride_cm, stride_cn,
-                            stride_biasm, stride_biasn, beta, HAS_BIAS, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
+                            stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
             else:
                 _store_tile(acc, c_desc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
-                            stride_biasm, stride_biasn, beta, HAS_BIAS, C_TMA, BLOCK_M, BLOCK_N)  # fmt: skip
+                            stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, BLOCK_N)  # fmt: skip

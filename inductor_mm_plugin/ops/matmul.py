@@ -279,6 +279,12 @@ def _current_stream(device: torch.device) -> int:
     return torch._C._cuda_getCurrentRawStream(device.index)
 
 
+# Direct launches through the compiled kernel's launcher (see _Plan.launch); switched off for
+# the process if that launcher ever rejects the call, e.g. after a Triton change of its
+# calling convention.
+_DIRECT_LAUNCH = True
+
+
 def _launch_hooks_active() -> bool:
     # Profilers (proton) register launch hooks; the direct launch skips them, so take
     # Triton's own path while any is registered.
@@ -304,7 +310,8 @@ class _Plan:
             a_kmajor, _, b_kmajor, _, c_tma, _ = layout
             self.grid = (max(1, min(p.num_sms, self.num_tiles * cfg.split_k)),)
             self.consts = (
-                a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["SCALE_ACC"], flags["INPUT_PRECISION"],
+                a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["BIAS_MODE"], flags["SCALE_ACC"],
+                flags["INPUT_PRECISION"],
                 flags["INTERPRETER_BF16"], cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.split_k,
                 p.num_sms, cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize,
             )  # fmt: skip
@@ -353,13 +360,16 @@ class _Plan:
         stream = _current_stream(self.device)
         args = self.args(a, b, out, bias, alpha, beta, stream)
         compiled = self.compiled
-        if compiled is not None and not _launch_hooks_active():
+        if compiled is not None and _DIRECT_LAUNCH and not _launch_hooks_active():
             # Triton's own launch (JITFunction.run, triton 3.6 runtime/jit.py) ends in this
             # same call after binding and specializing the arguments, which this plan has
             # already done: same kernel, same arguments, no launch metadata.
-            compiled.run(self.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                         *args)  # fmt: skip
-            return
+            try:
+                compiled.run(self.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None,
+                             None, *args)  # fmt: skip
+                return
+            except (TypeError, SystemError) as e:  # argument parsing, before anything launched
+                _disable_direct_launch(e)
         cfg = self.cfg
         compiled = self.kernel[self.grid](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
@@ -372,11 +382,27 @@ class _Plan:
         self.kernel.warmup(*args, grid=self.grid, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
+def _disable_direct_launch(err: Exception) -> None:
+    global _DIRECT_LAUNCH
+    _DIRECT_LAUNCH = False
+    warnings.warn(
+        f"inductor_mm_plugin: the direct kernel launch failed ({type(err).__name__}: {err}); "
+        "using Triton's launch path from now on, which costs more host time per call",
+        RuntimeWarning,
+        2,
+    )
+
+
+def _bias_mode(bias: torch.Tensor) -> str:
+    sm, sn = bias.stride()[-2:]
+    return "n" if sm == 0 else "m" if sn == 0 else "mn"
+
+
 _PLANS: dict[tuple, _Plan] = {}
 _MAX_PLANS = 8192
 
 
-def _problem(a, b, out, layout, has_bias) -> Problem:
+def _problem(a, b, out, layout, has_bias, precision="ieee") -> Problem:
     M, K = a.shape[-2:]
     N = b.shape[-1]
     batch = a.shape[0] if a.dim() == 3 else 1
@@ -384,7 +410,7 @@ def _problem(a, b, out, layout, has_bias) -> Problem:
     return Problem(
         M=M, N=N, K=K, batch=batch, elem_bytes=a.element_size(), dtype=str(a.dtype).removeprefix("torch."),
         tma=tma, a_kmajor=layout[0] if tma else True, b_kmajor=layout[2] if tma else False,
-        c_tma=layout[4] if tma else False, has_bias=has_bias, num_sms=_num_sms(a.device),
+        c_tma=layout[4] if tma else False, has_bias=has_bias, num_sms=_num_sms(a.device), precision=precision,
     )  # fmt: skip
 
 
@@ -420,11 +446,12 @@ def _choose(problem, layout, flags, a, b, out, bias, alpha, beta, autotune: bool
     return tuning.autotune(problem.bucket(), candidate_configs(problem), time_fn, cache)
 
 
-def _launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=None) -> _Plan:
+def _launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=None, compile_only=False) -> _Plan:
     """out = alpha * a @ b (+ beta * bias) on 2-D or 3-D (batched) views; returns the plan used.
 
     ``bias``, when given, is already expanded to ``out``'s shape (stride 0 where broadcast).
-    No checks here: callers validate first.
+    ``config`` forces a config (benchmarks, tests); ``compile_only`` compiles without
+    launching (parallel precompilation). No checks here: callers validate first.
     """
     if a.dim() == 3 and a.shape[0] == 1:
         # One matrix: 2-D views, which the TMA kernel can take.
@@ -448,24 +475,26 @@ def _launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=
         if plan is None:
             flags = dict(
                 HAS_BIAS=has_bias,
+                BIAS_MODE=_bias_mode(bias) if has_bias else "mn",
                 SCALE_ACC=alpha != 1,
                 INPUT_PRECISION=_input_precision(a.dtype),
                 INTERPRETER_BF16=interpreter_bf16,
             )
             layout = _tma_layout(a, b, kernel_out)
-            problem = _problem(a, b, kernel_out, layout, has_bias)
+            problem = _problem(a, b, kernel_out, layout, has_bias, flags["INPUT_PRECISION"])
             if config is not None:
                 cfg = config
                 if cfg.kernel == "tma" and layout is None:
                     raise ValueError(f"config {cfg.short()} needs TMA-compatible operands")
             else:
                 cfg = _choose(problem, layout, flags, a, b, kernel_out, bias, alpha, beta, autotune)
-            if cfg.kernel == "ptr":
-                layout = None
-            plan = _Plan(problem, cfg, layout, flags, a.device)
+            plan = _Plan(problem, cfg, layout if cfg.kernel == "tma" else None, flags, a.device)
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
             _PLANS[key] = plan
+        if compile_only:
+            plan.compile(a, b, kernel_out, bias)
+            return plan
         plan.launch(a, b, kernel_out, bias, alpha, beta)
     if interpreter_bf16:
         out.copy_(kernel_out)
@@ -490,6 +519,13 @@ def launch_matmul(
         return out
     _launch(a, b, out, bias, beta, alpha)
     return out
+
+
+def _candidates_for(a: torch.Tensor, b: torch.Tensor) -> list[MatmulConfig]:
+    """What autotuning would time for ``mm(a, b)`` (benchmarks precompile these in parallel)."""
+    out = a.new_empty((a.shape[0], b.shape[1]))
+    problem = _problem(a, b, out, _tma_layout(a, b, out), False, _input_precision(a.dtype))
+    return candidate_configs(problem, interpreting())
 
 
 def chosen_config(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> MatmulConfig | None:
