@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ..ops.matmul import addmm_launch, bmm_launch, mm_launch
-from . import compat
+from . import compat, template
 from .routing import META_KEY
 
 plugin_ops = torch.ops.inductor_mm_plugin
@@ -63,32 +63,50 @@ plugin_addmm_choice = _extern_choice(inductor_mm_plugin_addmm)
 plugin_bmm_choice = _extern_choice(inductor_mm_plugin_bmm)
 
 
-def _compete() -> bool:
+def _decision() -> dict:
+    """What the routing pass recorded for the node being lowered (compete, epilogue)."""
     node = compat.current_fx_node()
-    meta = node.meta.get(META_KEY, {}) if node is not None else {}
-    return bool(meta.get("compete", False))
+    return node.meta.get(META_KEY, {}) if node is not None else {}
+
+
+# How a routed mm/addmm is lowered, by what the routing pass saw:
+#   compete:          template configs + extern plugin kernel + aten, benchmarked by Inductor
+#   a pointwise user: the template alone, so the scheduler fuses the epilogue into it
+#   otherwise:        the extern plugin kernel (the persistent TMA kernel where it applies)
+# On the CPU (Triton's interpreter) only the extern kernel and aten exist.
+
+
+def _mm_like(name, extern, aten_choice, a, b, layout, m, n, k, bias=None, alpha=1, beta=1):
+    decision = _decision()
+    compete = bool(decision.get("compete"))
+    nodes = [bias, a, b] if bias is not None else [a, b]
+    scalars = {"beta": beta, "alpha": alpha} if bias is not None else {}
+    choices = []
+    if template.usable(layout) and (compete or decision.get("epilogue")):
+        template.append_choices(choices, a, b, layout, m=m, n=n, k=k, bias=bias, alpha=alpha, beta=beta,
+                                compete=compete)  # fmt: skip
+    if compete or not choices:
+        choices.append(extern.bind(tuple(nodes), layout, **scalars))
+    if compete:
+        choices.append(aten_choice.bind(tuple(nodes), layout, **scalars))
+    return compat.select_algorithm(name, choices, nodes, layout)
 
 
 def lower_mm(a, b):
-    _, _, _, layout, a, b = compat.mm_args(a, b)
-    choices = [plugin_mm_choice.bind((a, b), layout)]
-    if _compete():
-        choices.append(compat.aten_mm.bind((a, b), layout))
-    return compat.select_algorithm("inductor_mm_plugin_mm", choices, [a, b], layout)
+    m, n, k, layout, a, b = compat.mm_args(a, b)
+    return _mm_like("inductor_mm_plugin_mm", plugin_mm_choice, compat.aten_mm, a, b, layout, m, n, k)
 
 
 def lower_addmm(bias, a, b, *, beta=1, alpha=1):
-    _, _, _, layout, a, b, bias = compat.mm_args(a, b, bias)
-    choices = [plugin_addmm_choice.bind((bias, a, b), layout, beta=beta, alpha=alpha)]
-    if _compete():
-        choices.append(compat.aten_addmm.bind((bias, a, b), layout, alpha=alpha, beta=beta))
-    return compat.select_algorithm("inductor_mm_plugin_addmm", choices, [bias, a, b], layout)
+    m, n, k, layout, a, b, bias = compat.mm_args(a, b, bias)
+    return _mm_like("inductor_mm_plugin_addmm", plugin_addmm_choice, compat.aten_addmm, a, b, layout, m, n, k,
+                    bias=bias, alpha=alpha, beta=beta)  # fmt: skip
 
 
 def lower_bmm(a, b):
     _, _, _, layout, a, b = compat.mm_args(a, b)
     choices = [plugin_bmm_choice.bind((a, b), layout)]
-    if _compete():
+    if _decision().get("compete"):
         choices.append(compat.aten_bmm.bind((a, b), layout))
     return compat.select_algorithm("inductor_mm_plugin_bmm", choices, [a, b], layout)
 

@@ -159,6 +159,14 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     return records
 
 
+def _feeds_pointwise(node: torch.fx.Node) -> bool:
+    """Whether the matmul's result goes into a pointwise op (an epilogue Inductor can fuse)."""
+    return any(
+        user.op == "call_function" and torch.Tag.pointwise in getattr(user.target, "tags", ())
+        for user in node.users
+    )
+
+
 def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, options: PluginOptions) -> None:
     op = PLUGIN_OPS[site.op]
     if site.op == "addmm":
@@ -172,6 +180,6 @@ def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, options: Pl
     for key in COPIED_META:
         if key in node.meta:
             new.meta[key] = node.meta[key]
-    new.meta[META_KEY] = {"compete": options.compete, "site": str(site)}
+    new.meta[META_KEY] = {"compete": options.compete, "site": str(site), "epilogue": _feeds_pointwise(node)}
     node.replace_all_uses_with(new)
     graph.erase_node(node)
