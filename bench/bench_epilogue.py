@@ -65,9 +65,9 @@ class Residual(nn.Module):
         return x + self.lin(x)
 
 
-def suite():
-    for m in TOKENS:
-        for d, f in WIDTHS:
+def suite(quick=False):
+    for m in TOKENS[-1:] if quick else TOKENS:
+        for d, f in (WIDTHS[0], WIDTHS[-1]) if quick else WIDTHS:
             yield "Linear+GELU", m, d, f, d, lambda d=d, f=f: LinearAct(d, f, F.gelu)
             yield "Linear+SiLU", m, d, f, d, lambda d=d, f=f: LinearAct(d, f, F.silu)
             yield "SwiGLU MLP", m, d, f, d, lambda d=d, f=f: SwiGLU(d, f)
@@ -115,13 +115,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--max-autotune", action="store_true", help="also time stock max-autotune")
     p.add_argument("--no-block", action="store_true", help="skip the transformer block")
+    p.add_argument("--quick", action="store_true", help="M=8192 and (hidden, ffn) in {(4096, 14336), (1024, 4096)} only")
     p.add_argument("--out", default="bench/results")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_epilogue.py needs a CUDA device")
 
     rows = []
-    for name, m, d, f, k, make in suite():
+    for name, m, d, f, k, make in suite(args.quick):
         torch.manual_seed(0)
         model = init_(make())
         x = torch.randn(m, d, device="cuda", dtype=DT)
