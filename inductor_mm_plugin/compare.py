@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import datetime
 import json
 import math
 import statistics
@@ -123,6 +124,7 @@ class Report:
     sites: list[SiteResult]
     model: dict  # stock_err, plugin_err, tolerance, ok, grads (training step)
     options: dict
+    date: str = dataclasses.field(default_factory=lambda: datetime.date.today().isoformat())
 
     @property
     def ok(self) -> bool:
@@ -175,7 +177,7 @@ class Report:
 
     def to_markdown(self) -> str:
         out = [
-            f"### inductor_mm_plugin A/B — {self.device}",
+            f"### inductor_mm_plugin A/B — {self.device}, {self.date}",
             "",
             f"plugin {self.versions['plugin']}, torch {self.versions['torch']}, triton {self.versions['triton']}; "
             f"options `{self.options}`; reference: {self.reference}. Verdict: **{'PASS' if self.ok else 'FAIL'}**.",
@@ -220,7 +222,7 @@ class Report:
                           for n, g in self.model.get("grads", {}).items()}  # fmt: skip
         return {
             "versions": self.versions, "device": self.device, "timing_meaningful": self.timing_meaningful,
-            "timing_note": self.timing_note, "reference": self.reference, "options": self.options,
+            "timing_note": self.timing_note, "reference": self.reference, "options": self.options, "date": self.date,
             "ok": self.ok, "model": model, "graphs": graphs, "sites": sites,
         }  # fmt: skip
 
