@@ -424,3 +424,34 @@ def test_gpu_profiler_shows_the_plugin_kernel_for_routed_sites():
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     plugin_kernels = [n for n in names if "_matmul" in n]
     assert len(plugin_kernels) == 2, names  # mlp.up and mlp.down; attention stays on cuBLAS
+
+
+def test_epilogue_detection_sees_through_views():
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    seen = {}
+
+    class Inspect(CustomGraphPass):
+        def __call__(self, graph):
+            for n in graph.nodes:
+                if str(n.target).startswith("inductor_mm_plugin."):
+                    seen[n.meta["nn_module_stack"].popitem()[1][0] if n.meta.get("nn_module_stack") else n.name] = (
+                        n.meta["inductor_mm_plugin"]["epilogue"]
+                    )
+
+        def uuid(self):
+            return "inspect-epilogue-v1"
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = nn.Linear(16, 16, bias=False, device=DEVICE)
+            self.plain = nn.Linear(16, 16, bias=False, device=DEVICE)
+
+        def forward(self, x):  # x is 3-D: each Linear is view -> mm -> view
+            return self.plain(torch.nn.functional.silu(self.act(x)))
+
+    with torch.no_grad():
+        run_compiled(Model(), x_of(2, 4, 16), backend="inductor_mm_plugin",
+                     options={"select": "all", "post_grad_custom_post_pass": Inspect()})  # fmt: skip
+    assert seen == {"L['self'].act": True, "L['self'].plain": False}, seen

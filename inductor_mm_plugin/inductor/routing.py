@@ -159,12 +159,23 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     return records
 
 
+# Ops that only reinterpret a result's shape: an epilogue after them still fuses.
+_VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default,
+          torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim}  # fmt: skip
+
+
 def _feeds_pointwise(node: torch.fx.Node) -> bool:
-    """Whether the matmul's result goes into a pointwise op (an epilogue Inductor can fuse)."""
-    return any(
-        user.op == "call_function" and torch.Tag.pointwise in getattr(user.target, "tags", ())
-        for user in node.users
-    )
+    """Whether the matmul's result goes into a pointwise op (an epilogue Inductor can fuse),
+    directly or through views (a Linear on a 3-D input is view -> mm -> view)."""
+    for user in node.users:
+        if user.op != "call_function":
+            continue
+        if user.target in _VIEWS:
+            if _feeds_pointwise(user):
+                return True
+        elif torch.Tag.pointwise in getattr(user.target, "tags", ()):
+            return True
+    return False
 
 
 def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, options: PluginOptions) -> None:

@@ -162,7 +162,9 @@ def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, 
     configs = [heuristic_config(*hints, elem)]
     if compete:
         configs += [c for c in COMPETE_CONFIGS if c not in configs]
-    common = {"INPUT_PRECISION": input_precision(dtype)}
+    # Inductor writes each template kwarg into the kernel as `NAME : tl.constexpr = value`,
+    # so a string constexpr carries its own quotes.
+    common = {"INPUT_PRECISION": repr(input_precision(dtype))}
     if bias is not None and beta != 0:
         nodes = (bias, a, b)
         extra = {
