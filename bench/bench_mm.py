@@ -14,8 +14,9 @@ callable timed the same way:
 * ``tuned``: the same op with autotuning on (rows of ``--tune-classes``; tuned outside the
   timed region, through the on-disk cache);
 * ``inductor``: ``torch.compile(torch.mm, mode="max-autotune-no-cudagraphs")``, compiled
-  outside the timed region after ``torch._dynamo.reset()``, for ``--inductor-shapes``
-  (each compile takes tens of seconds, so a subset).
+  outside the timed region after ``torch._dynamo.reset()``, for the bf16 (or fp32),
+  row-layout rows of ``--inductor-shapes`` (each compile takes seconds to a minute, so a
+  subset).
 
 Per row: fresh random inputs; every implementation's output checked against the float64
 reference with the tests' error bound before anything is timed; then the median of
@@ -111,10 +112,10 @@ def _spec(x):
     return 1 if x == 1 else 16 if x % 16 == 0 else 0
 
 
-def precompile(rows, tune_classes, jobs):
+def precompile(rows, tune_rows, jobs):
     seen, jobs_list = set(), []
     for row in rows:
-        tune = row[0] in tune_classes
+        tune = (row[0], row[2]) in tune_rows
         key = (row[0] == "skinny", row[1], row[2], row[3], tune)  # one job per distinct call
         if key not in seen:
             seen.add(key)
@@ -149,13 +150,13 @@ def time_ms(fn, cudagraph: bool) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-def implementations(a, b, row, tune_classes, inductor_shapes):
-    """name -> (zero-argument callable, prepare()); ``aten`` is the baseline."""
+def implementations(a, b, row, tune_rows, inductor_shapes):
+    """name -> zero-argument callable; ``aten`` is the baseline."""
     from inductor_mm_plugin.ops.matmul import set_autotune
 
-    cls, shape, _, _ = row
+    cls, shape, dtype_name, _ = row
     impls = {"aten": lambda: torch.mm(a, b), "plugin": lambda: torch.ops.inductor_mm_plugin.mm(a, b)}
-    if cls in tune_classes:
+    if (cls, dtype_name) in tune_rows:
 
         def tuned():
             old = set_autotune(True)
@@ -165,14 +166,14 @@ def implementations(a, b, row, tune_classes, inductor_shapes):
                 set_autotune(old)
 
         impls["tuned"] = tuned
-    if "x".join(map(str, shape)) in inductor_shapes:
+    if "x".join(map(str, shape)) in inductor_shapes and row[2] in ("bf16", "fp32") and row[3] == "row":
         torch._dynamo.reset()
         compiled = torch.compile(torch.mm, mode="max-autotune-no-cudagraphs")
         impls["inductor"] = lambda: compiled(a, b)
     return impls
 
 
-def bench_row(row, copy_gbs, tune_classes, inductor_shapes):
+def bench_row(row, copy_gbs, tune_rows, inductor_shapes):
     from inductor_mm_plugin.ops.matmul import chosen_config, set_autotune
     from inductor_mm_plugin.ops.reference import assert_matmul_close
 
@@ -181,7 +182,7 @@ def bench_row(row, copy_gbs, tune_classes, inductor_shapes):
     torch.backends.cuda.matmul.allow_tf32 = dtype == torch.float32
     a, b = make_operands(M, N, K, dtype, layout)
     cudagraph = cls == "skinny"
-    impls = implementations(a, b, row, tune_classes, inductor_shapes)
+    impls = implementations(a, b, row, tune_rows, inductor_shapes)
     compile_s = {}
     for name, fn in impls.items():
         t0 = time.time()
@@ -261,8 +262,9 @@ def to_markdown(meta, rows, summ):
         f"cuBLAS bf16/fp16 rate of the run (\"peak\"): {meta['peak_tflops']:.0f} TFLOP/s. Median of "
         "`do_bench` (L2 flushed between reps); skinny rows: median of `do_bench_cudagraph`. "
         "ratio = torch.mm time / plugin time (above 1: the plugin is faster). `tuned` = the plugin "
-        "with autotuning (classes " + ", ".join(meta["tune_classes"]) + "); `inductor` = "
-        "`torch.compile(torch.mm, mode=\"max-autotune-no-cudagraphs\")` (shapes "
+        "with autotuning (classes " + ", ".join(meta["tune_classes"]) + "; dtypes "
+        + ", ".join(meta["tune_dtypes"]) + "); `inductor` = "
+        "`torch.compile(torch.mm, mode=\"max-autotune-no-cudagraphs\")` (bf16/fp32 row rows of "
         + (", ".join(meta["inductor_shapes"]) or "none") + ").",
         "",
         "## Per class (geomean and lowest ratio; targets from issue 5)",
@@ -322,8 +324,10 @@ def main(argv=None):
     p.add_argument("--layouts", nargs="+", default=["row", "linear"], choices=["row", "linear"])
     p.add_argument("--tune-classes", nargs="*", default=[], choices=list(SHAPES),
                    help="also time the autotuned plugin on these classes' rows")  # fmt: skip
+    p.add_argument("--tune-dtypes", nargs="*", default=["bf16", "fp32"], choices=list(DTYPES),
+                   help="... and these dtypes (tuning every row doubles the run)")  # fmt: skip
     p.add_argument("--inductor-shapes", nargs="*", default=[], metavar="MxNxK",
-                   help="also time Inductor max-autotune on these shapes (every dtype/layout row of them)")  # fmt: skip
+                   help="also time Inductor max-autotune on these shapes (their bf16 / fp32, row-layout rows)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
     p.add_argument("--out", default="bench/results")
     p.add_argument("--tag", default="")
@@ -335,8 +339,9 @@ def main(argv=None):
     import inductor_mm_plugin
 
     rows_todo = rows_of(args.classes, args.dtypes, args.layouts)
+    tune_rows = {(c, d) for c in args.tune_classes for d in args.tune_dtypes}
     if args.jobs > 1:
-        precompile(rows_todo, set(args.tune_classes), args.jobs)
+        precompile(rows_todo, tune_rows, args.jobs)
     copy_gbs = copy_bandwidth_gbs()
     meta = {
         "date": datetime.date.today().isoformat(),
@@ -348,12 +353,13 @@ def main(argv=None):
         "python": platform.python_version(),
         "copy_gbs": copy_gbs,
         "tune_classes": args.tune_classes,
+        "tune_dtypes": args.tune_dtypes,
         "inductor_shapes": args.inductor_shapes,
     }
     rows = []
     t_start = time.time()
     for row in rows_todo:
-        r = bench_row(row, copy_gbs, set(args.tune_classes), set(args.inductor_shapes))
+        r = bench_row(row, copy_gbs, tune_rows, set(args.inductor_shapes))
         rows.append(r)
         M, N, K = r["shape"]
         extra = "".join(

@@ -295,3 +295,25 @@ def test_warmup_then_capture_runs_the_warmed_config():
     torch.cuda.synchronize()
     assert_matmul_close(out, a, b)
     assert impl.chosen_config(a, b) == cfg
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ta,tb", list(itertools.product((False, True), repeat=2)))
+@pytest.mark.parametrize(
+    "cfg",
+    [None, MatmulConfig("tma", 128, 128, 32, 8, 8, 3, split_k=2), MatmulConfig("tma", 64, 128, 32, 8, 4, 3)],
+    ids=lambda c: c.short().replace(" ", "_") if c else "heuristic",
+)
+def test_tf32_operand_swap_paths(monkeypatch, ta, tb, cfg):
+    # TF32 with an MN-major operand takes it from registers (B^T A^T for an N-major B).
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    M, N, K = 384, 256, 1000
+    a = operand(M, K, torch.float32, transposed=ta)
+    b = operand(K, N, torch.float32, transposed=tb)
+    bias = bias_of("N", M, N, torch.float32)
+    out = poisoned(M, N, dtype=torch.float32)
+    plan = impl._launch(a, b, out, bias.expand(M, N), 0.5, 2.0, config=cfg)
+    assert plan.cfg.kernel == "tma"
+    swap, via_regs = plan.consts[7], plan.consts[8]
+    assert (swap, via_regs) == (not ta and not tb, ta and tb)
+    assert_matmul_close(out, a, b, bias, beta=0.5, alpha=2.0, tf32=True)

@@ -183,17 +183,25 @@ def heuristic_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
     return _heuristic_tma(p)
 
 
+# The rules below come from timing candidate configs against cuBLAS on an H200 (triton 3.6,
+# bench/sweep_configs.py; numbers are time ratios cuBLAS / plugin, bf16, both layouts).
+
+
 def _heuristic_ptr(p: Problem) -> MatmulConfig:
-    # Operands without 16-byte aligned rows: loads are narrow and barely pipelined, so many
-    # small programs per SM hide the latency better than a few large ones.
+    # Operands without 16-byte aligned rows: narrow loads, barely pipelined. Measured:
+    # 1531^3 64x128x32 s4 0.91 (64x128x64 s3 0.76); 2000x3000x500 0.71 (0.69);
+    # 4097x4095x4096 128x64x64 s3 1.31 (64x128x32 s4 1.14).
     if p.elem_bytes == 4:
         return MatmulConfig("ptr", 64, 64, 32, 8, 4, 3)
     if p.M <= 64:
         return MatmulConfig("ptr", max(16, _pow2_ceil(p.M)), 64, 128, 1, 4, 3)
-    return MatmulConfig("ptr", 64, 128, 64, 8, 4, 3)
+    if p.M * p.N >= 2048 * 4096:
+        return MatmulConfig("ptr", 128, 64, 64, 8, 4, 3)
+    return MatmulConfig("ptr", 64, 128, 32, 8, 4, 4)
 
 
 def _heuristic_tma_fp32(p: Problem) -> MatmulConfig:
+    # TF32 4096^3 / 8192x4096x4096, K-major B: 128x128x32 s4 0.83-0.88, 128x256x32 s3 0.87.
     cfg = MatmulConfig("tma", 128, 128, 32, 8, 8, 3, epilogue_subtile=True, flatten=True)
     return _deepest(cfg, 4, 4)
 
@@ -202,44 +210,65 @@ def _heuristic_tma(p: Problem) -> MatmulConfig:
     tiles = lambda bm, bn: _cdiv(p.M, bm) * _cdiv(p.N, bn) * p.batch  # noqa: E731
     sms = p.num_sms
     if tiles(128, 256) >= sms:
-        return MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True)
+        # LLM prefill shapes: 0.84-1.01; without subtiling 1% better on average than with
+        # (3 stages fit either way), 4 stages and 256x128 no better.
+        return MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True)
     if tiles(128, 128) >= sms or p.batch > 1:
         return _deepest(MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True), 2, 4)
-    # Fewer output tiles than SMs: cut K when it is long enough to keep each slice busy.
-    base = MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True)
+    # Fewer output tiles than SMs: cut K into slices when each stays long, up to one work
+    # item per SM (1024x1024x65536: split 2 0.95, split 4 0.80, none 0.56).
     n = tiles(128, 128)
     split = 1
-    while n * split * 2 <= 2 * sms and _cdiv(p.K, split * 2) >= 1024:
+    while n * split * 2 <= sms and _cdiv(p.K, split * 2) >= 2048:
         split *= 2
     if split > 1:
-        return dataclasses.replace(base, split_k=split)
-    # Short K: smaller tiles for more programs.
-    if tiles(64, 128) >= sms // 2:
-        return MatmulConfig("tma", 64, 128, 64, 8, 4, 4, flatten=True)
-    return MatmulConfig("tma", 64, 64, 64, 8, 4, 4, flatten=True)
+        return MatmulConfig("tma", 128, 128, 64, 8, 8, 4, split_k=split, epilogue_subtile=True)
+    # Short K and few tiles (768^3: 128x64 0.73, 128x128 0.67, 64x128 0.62; 1000^3: 0.78,
+    # 0.71, 0.74): latency-bound, more programs.
+    return MatmulConfig("tma", 128, 64, 64, 8, 4, 4, flatten=True)
 
 
 def _heuristic_skinny(p: Problem) -> MatmulConfig:
-    """M <= 128: reading B is the cost. Pick BLOCK_N and split-K so every SM streams an equal
-    share of B with enough bytes in flight, by a small cost model (``skinny_cost_us``)."""
-    best, best_t = None, math.inf
-    for cfg in skinny_candidates(p):
-        t = skinny_cost_us(p, cfg)
-        if t < best_t - 1e-9:
-            best, best_t = cfg, t
-    return best
+    """M <= 128: reading B is the cost; what matters is spreading it evenly over the SMs
+    with enough bytes in flight. Measured under CUDA graphs, N x K in {4096, 14336}^2:
+
+    * N = 14336: BLOCK_N 128, no split (112 programs): 0.87-0.99;
+    * K = 14336, N = 4096: BLOCK_N 64, split 2 (128 programs): 0.88-0.95;
+    * N = K = 4096 (10 us, latency-bound): BLOCK_N 32, no split for M >= 16 (0.66-0.86),
+      BLOCK_N 128 split 2 for M = 1 (0.80 against 0.66).
+
+    Split-K costs a partial-sum round trip through L2 per tile, so it only pays when K is
+    long. The cost model below (``skinny_cost_us``) ranked these wrongly; it only orders
+    the autotuner's candidates now.
+    """
+    bm = max(16, _pow2_ceil(p.M))
+    m_tiles = _cdiv(p.M, bm) * p.batch
+    if _cdiv(p.N, 128) * m_tiles * 4 >= 3 * p.num_sms:
+        bn, split = 128, 1
+    elif p.K >= 8192:
+        bn = 64
+        split = 2 if _cdiv(p.N, 64) * m_tiles * 2 <= p.num_sms * 11 // 10 and useful_split(p.K, 256, 2) else 1
+    elif p.M <= 8 and _cdiv(p.N, 128) * m_tiles * 2 <= p.num_sms and useful_split(p.K, 256, 2):
+        bn, split = 128, 2
+    else:
+        bn, split = 32, 1
+    warps = 8 if bm * bn >= 128 * 128 else 4
+    # 256-wide K steps while 3 stages of them fit (measured with M <= 16), else 128.
+    bk = 256 if fits(MatmulConfig("tma", bm, bn, 256, 1, warps, 3), p.elem_bytes) and bm < 64 else 128
+    cfg = MatmulConfig("tma", bm, bn, bk, 1, warps, 6, split_k=split, flatten=split == 1)
+    return _deepest(cfg, p.elem_bytes, 6)
 
 
 def skinny_candidates(p: Problem) -> list[MatmulConfig]:
     bm = max(16, _pow2_ceil(p.M))
     out = []
     for bn in (32, 64, 128):
-        for split in (1, 2, 4, 8):
-            bk = 128 if bm >= 64 else 256
+        for split in (1, 2, 4):
+            bk = 256 if bm < 64 and fits(MatmulConfig("tma", bm, bn, 256, 1, 4, 3), p.elem_bytes) else 128
             if not useful_split(p.K, bk, split):
                 continue
             warps = 8 if bm * bn >= 128 * 128 else 4
-            cfg = MatmulConfig("tma", bm, bn, bk, 8, warps, 4, split_k=split, flatten=split == 1)
+            cfg = MatmulConfig("tma", bm, bn, bk, 1, warps, 6, split_k=split, flatten=split == 1)
             out.append(_deepest(cfg, p.elem_bytes, 6))
     return out
 
@@ -285,14 +314,15 @@ def candidate_configs(p: Problem, interpreting: bool = False) -> list[MatmulConf
         cands = sorted(skinny_candidates(p), key=lambda c: skinny_cost_us(p, c))[:8]
     else:
         cands = [
+            MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True),
             MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True),
             MatmulConfig("tma", 128, 256, 64, 8, 8, 4, epilogue_subtile=True, flatten=True),
-            MatmulConfig("tma", 256, 128, 64, 8, 8, 3, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 256, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True),
             MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True),
             MatmulConfig("tma", 128, 128, 64, 8, 4, 4, flatten=True),
             MatmulConfig("tma", 128, 128, 128, 8, 8, 3, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 128, 64, 64, 8, 4, 4, flatten=True),
             MatmulConfig("tma", 64, 128, 64, 8, 4, 4, flatten=True),
-            MatmulConfig("tma", 128, 256, 64, 16, 8, 3, epilogue_subtile=True, flatten=True),
         ]
         tiles = _cdiv(p.M, 128) * _cdiv(p.N, 128) * p.batch
         if tiles < 2 * p.num_sms and p.batch == 1:

@@ -235,24 +235,44 @@ def _num_sms(device: torch.device) -> int:
     return n
 
 
+# Scratch for the device-side TMA descriptors (grid x 128 bytes each), which Triton asks
+# the allocator for at every launch. Eager launches reuse one buffer per (device, stream):
+# launches on one stream run in order, so they never use it at the same time. Inside a
+# CUDA-graph capture each launch gets its own allocation from the graph's pool.
+_SCRATCH: dict[tuple[int, int], torch.Tensor] = {}
+
+
 def _scratch_alloc(size: int, alignment: int, stream):
-    # Global memory Triton asks for at launch (the TMA descriptors made on the device).
-    return torch.empty(size, dtype=torch.int8, device="cuda" if torch.cuda.is_available() else "cpu")
+    if torch.cuda.is_current_stream_capturing():
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+    key = (torch.cuda.current_device(), stream)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.numel() < size:
+        buf = _SCRATCH[key] = torch.empty(max(size, 1 << 16), dtype=torch.int8, device="cuda")
+    return buf
+
+
+_ALLOCATION = None  # triton.runtime._allocation, imported at the first TMA launch
 
 
 def _ensure_allocator() -> None:
     """Give Triton an allocator for device-side TMA descriptors, unless one is set already.
 
-    Done at the first TMA launch of each thread (Triton keeps the allocator in a
-    ContextVar), never on import; a user's own allocator is left in place.
+    Checked at every TMA launch, because Triton keeps the allocator in a ContextVar (one
+    per thread); set at the first launch, never on import; a user's own allocator is left
+    in place.
     """
-    try:
-        from triton.runtime import _allocation
+    global _ALLOCATION
+    if _ALLOCATION is None:
+        try:
+            from triton.runtime import _allocation
 
-        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-            return
-    except (ImportError, AttributeError):
-        pass
+            _allocation._allocator.get()
+            _ALLOCATION = _allocation
+        except (ImportError, AttributeError):
+            _ALLOCATION = False
+    if _ALLOCATION and not isinstance(_ALLOCATION._allocator.get(), _ALLOCATION.NullAllocator):
+        return
     triton.set_allocator(_scratch_alloc)
 
 
@@ -285,34 +305,52 @@ def _current_stream(device: torch.device) -> int:
 _DIRECT_LAUNCH = True
 
 
+_RUNTIME_KNOBS = None
+
+
 def _launch_hooks_active() -> bool:
     # Profilers (proton) register launch hooks; the direct launch skips them, so take
     # Triton's own path while any is registered.
-    from triton import knobs
+    global _RUNTIME_KNOBS
+    if _RUNTIME_KNOBS is None:
+        from triton import knobs
 
-    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        _RUNTIME_KNOBS = knobs.runtime
+    for hook in (_RUNTIME_KNOBS.launch_enter_hook, _RUNTIME_KNOBS.launch_exit_hook):
         if hook is not None and (getattr(hook, "calls", None) is None or hook.calls):
             return True
     return False
 
 
 class _Plan:
-    """One call signature's kernel, config, grid and (after the first launch) compiled kernel."""
+    """One call signature's kernel, config, grid and (after the first launch) compiled kernel.
 
-    __slots__ = ("cfg", "problem", "layout", "grid", "num_tiles", "compiled", "consts", "device")
+    Everything about a call except its data pointers and alpha/beta is fixed by the plan's
+    key (shapes, strides, dtypes, device, alignment, flags), so the arguments between the
+    pointers and the constexprs are computed once (``mid``).
+    """
+
+    __slots__ = ("cfg", "problem", "layout", "grid", "num_tiles", "compiled", "consts", "device", "mid", "has_bias")
 
     def __init__(self, problem: Problem, cfg: MatmulConfig, layout, flags: dict, device: torch.device):
         self.problem, self.cfg, self.layout, self.device = problem, cfg, layout, device
         self.compiled = None
+        self.mid = None
+        self.has_bias = flags["HAS_BIAS"]
         p = problem
         self.num_tiles = triton.cdiv(p.M, cfg.block_m) * triton.cdiv(p.N, cfg.block_n) * p.batch
         if cfg.kernel == "tma":
             a_kmajor, _, b_kmajor, _, c_tma, _ = layout
+            tf32 = flags["INPUT_PRECISION"] == "tf32" and not interpreting()
+            # TF32 wgmma reads only K-major operands from shared memory; an MN-major one
+            # goes through registers instead, as the first operand (see the kernel).
+            swap_ab = tf32 and a_kmajor and not b_kmajor
+            a_via_regs = tf32 and not a_kmajor and b_kmajor
             self.grid = (max(1, min(p.num_sms, self.num_tiles * cfg.split_k)),)
             self.consts = (
                 a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["BIAS_MODE"], flags["SCALE_ACC"],
-                flags["INPUT_PRECISION"],
-                flags["INTERPRETER_BF16"], cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.split_k,
+                flags["INPUT_PRECISION"], swap_ab, a_via_regs, flags["INTERPRETER_BF16"],
+                cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.split_k,
                 p.num_sms, cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize,
             )  # fmt: skip
         else:
@@ -326,54 +364,84 @@ class _Plan:
     def kernel(self):
         return _matmul_kernel_tma if self.cfg.kernel == "tma" else _matmul_kernel
 
-    def args(self, a, b, out, bias, alpha, beta, stream):
-        """The kernel's arguments in signature order, constexprs included."""
+    def _mid(self, a, b, out, bias):
+        """The arguments between the pointers and alpha/beta, in signature order."""
         p, cfg = self.problem, self.cfg
-        has_bias = self.consts[3] if cfg.kernel == "tma" else self.consts[0]
-        bias_arg = bias if has_bias else out
         if cfg.kernel == "tma":
             _, lda, _, ldb, _, ldc = self.layout
-            # 2-D strides of the single matrix (3-D callers pass batch 1).
-            ocm, ocn = out.stride()[-2:]
-            bsm, bsn = bias.stride()[-2:] if has_bias else (0, 0)
-            if cfg.split_k > 1:
-                ws = torch.empty(self.num_tiles * cfg.split_k * cfg.block_m * cfg.block_n, dtype=torch.float32,
-                                 device=out.device)  # fmt: skip
-                locks = _split_k_locks(out.device, stream, self.num_tiles)
-            else:
-                ws = locks = out
+            ocn = out.stride()[-1]
+            bsm, bsn = bias.stride()[-2:] if self.has_bias else (0, 0)
             kps = k_per_split(p.K, cfg.block_k, cfg.split_k)
-            return (a, b, out, bias_arg, ws, locks, p.M, p.N, p.K, kps, lda, ldb, ldc, ocn, bsm, bsn,
-                    float(alpha), float(beta), *self.consts)  # fmt: skip
+            return (p.M, p.N, p.K, kps, lda, ldb, ldc, ocn, bsm, bsn)
         sa = a.stride() if a.dim() == 3 else (0, *a.stride())
         sb = b.stride() if b.dim() == 3 else (0, *b.stride())
         so = out.stride() if out.dim() == 3 else (0, *out.stride())
-        if has_bias:
+        if self.has_bias:
             sbias = bias.stride() if bias.dim() == 3 else (0, *bias.stride())
         else:
             sbias = (0, 0, 0)
-        return (a, b, out, bias_arg, p.M, p.N, p.K, *sa, *sb, *so, *sbias, float(alpha), float(beta), *self.consts)
+        return (p.M, p.N, p.K, *sa, *sb, *so, *sbias)
+
+    def args(self, a, b, out, bias, alpha, beta, stream):
+        """The kernel's arguments in signature order, constexprs included (tensors as tensors)."""
+        if self.mid is None:
+            self.mid = self._mid(a, b, out, bias)
+        bias_arg = bias if self.has_bias else out
+        if self.cfg.kernel == "tma":
+            ws, locks = self._split_k_buffers(out.device, stream) if self.cfg.split_k > 1 else (out, out)
+            return (a, b, out, bias_arg, ws, locks, *self.mid, float(alpha), float(beta), *self.consts)
+        return (a, b, out, bias_arg, *self.mid, float(alpha), float(beta), *self.consts)
+
+    def _split_k_buffers(self, device, stream):
+        cfg = self.cfg
+        ws = torch.empty(self.num_tiles * cfg.split_k * cfg.block_m * cfg.block_n, dtype=torch.float32, device=device)
+        return ws, _split_k_locks(device, stream, self.num_tiles)
 
     def launch(self, a, b, out, bias, alpha, beta):
-        if self.cfg.kernel == "tma" and not interpreting():
-            _ensure_allocator()
-        stream = _current_stream(self.device)
-        args = self.args(a, b, out, bias, alpha, beta, stream)
+        """Launch on tensors: the first time through Triton's JIT, then directly."""
         compiled = self.compiled
         if compiled is not None and _DIRECT_LAUNCH and not _launch_hooks_active():
-            # Triton's own launch (JITFunction.run, triton 3.6 runtime/jit.py) ends in this
-            # same call after binding and specializing the arguments, which this plan has
-            # already done: same kernel, same arguments, no launch metadata.
-            try:
-                compiled.run(self.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None,
-                             None, *args)  # fmt: skip
+            pbias = bias.data_ptr() if self.has_bias else 0
+            if self.launch_direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), pbias, alpha, beta):
                 return
-            except (TypeError, SystemError) as e:  # argument parsing, before anything launched
-                _disable_direct_launch(e)
+        if self.cfg.kernel == "tma" and not interpreting():
+            _ensure_allocator()
         cfg = self.cfg
+        args = self.args(a, b, out, bias, alpha, beta, _current_stream(self.device))
         compiled = self.kernel[self.grid](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
             self.compiled = compiled
+
+    def launch_direct(self, pa: int, pb: int, pout: int, pbias: int, alpha, beta) -> bool:
+        """Launch with data pointers as integers through the compiled kernel's launcher.
+
+        Triton's own launch (JITFunction.run, triton 3.6 runtime/jit.py) ends in this same
+        call after binding and specializing the arguments, which the plan has done once:
+        same kernel, same arguments, no launch metadata. Integer pointers also skip the
+        launcher's per-argument ``data_ptr()`` call and pointer-attribute query. Returns
+        False (nothing launched) if the launcher rejects the call.
+        """
+        compiled = self.compiled
+        stream = torch._C._cuda_getCurrentRawStream(self.device.index)
+        if not self.has_bias:
+            pbias = pout
+        if self.cfg.kernel == "tma":
+            _ensure_allocator()
+            if self.cfg.split_k > 1:
+                ws, locks = self._split_k_buffers(self.device, stream)
+                pws, plocks = ws.data_ptr(), locks.data_ptr()
+            else:
+                pws = plocks = pout
+            args = (pa, pb, pout, pbias, pws, plocks, *self.mid, float(alpha), float(beta), *self.consts)
+        else:
+            args = (pa, pb, pout, pbias, *self.mid, float(alpha), float(beta), *self.consts)
+        try:
+            compiled.run(self.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                         *args)  # fmt: skip
+        except (TypeError, SystemError) as e:  # argument parsing, before anything launched
+            _disable_direct_launch(e)
+            return False
+        return True
 
     def compile(self, a, b, out, bias):
         """Compile without launching (fills Triton's disk cache)."""
@@ -590,31 +658,85 @@ def warmup(
 # which pass a NaN-poisoned buffer to prove that every element is written.
 
 
+# Repeated calls: a call whose signature (dtypes, devices, shapes, strides, pointer
+# alignment, output layout, flags) has been validated and planned before skips straight to
+# the plan's direct launch. Checks only ever pass or fail on that signature, so they would
+# give the same answer again. GPU only: the interpreter path needs its fp32 staging output.
+_FAST_PLANS: dict[tuple, _Plan] = {}
+
+
+def _signature(a, b, out, extra):
+    tf32 = a.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    out_sig = None if out is None else (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() % 16)
+    return (
+        a.dtype, b.dtype, a.device, b.device, a.shape, b.shape, a.stride(), b.stride(),
+        a.data_ptr() % 16, b.data_ptr() % 16, out_sig, tf32, _AUTOTUNE, extra,
+    )  # fmt: skip
+
+
+def _remember(key, plan) -> None:
+    if plan.compiled is not None:
+        if len(_FAST_PLANS) >= _MAX_PLANS:
+            _FAST_PLANS.clear()
+        _FAST_PLANS[key] = plan
+
+
+def _run_direct(plan, a, b, out, bias, alpha, beta) -> bool:
+    if not _DIRECT_LAUNCH or _launch_hooks_active():
+        return False
+    pbias = bias.data_ptr() if bias is not None else 0
+    if plan.device.index != torch.cuda.current_device():
+        with torch.cuda.device(plan.device):
+            return plan.launch_direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), pbias, alpha, beta)
+    return plan.launch_direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), pbias, alpha, beta)
+
+
 def mm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    key = None
+    if a.is_cuda:
+        key = _signature(a, b, out, None)
+        plan = _FAST_PLANS.get(key)
+        if plan is not None:
+            res = a.new_empty((a.shape[0], b.shape[1])) if out is None else out
+            if _run_direct(plan, a, b, res, None, 1.0, 1.0):
+                return res
     check_mm_args("inductor_mm_plugin.mm", a, b)
     reason = kernel_unsupported_reason(a, b)
     if reason is not None:
         _warn_fallback("inductor_mm_plugin.mm", reason)
         return torch.mm(a, b).contiguous()
-    out = a.new_empty((a.shape[0], b.shape[1])) if out is None else out
-    if out.numel():
-        _launch(a, b, out)
-    return out
+    res = a.new_empty((a.shape[0], b.shape[1])) if out is None else out
+    if res.numel():
+        plan = _launch(a, b, res)
+        if key is not None:
+            _remember(key, plan)
+    return res
 
 
 def addmm_launch(
     bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta=1, alpha=1, out: torch.Tensor | None = None
 ) -> torch.Tensor:
+    key = None
+    if a.is_cuda:
+        key = _signature(a, b, out, (bias.shape, bias.stride(), bias.dtype, bias.device, bias.data_ptr() % 16,
+                                     beta == 0, alpha == 1))  # fmt: skip
+        plan = _FAST_PLANS.get(key)
+        if plan is not None:
+            res = a.new_empty((a.shape[0], b.shape[1])) if out is None else out
+            if _run_direct(plan, a, b, res, bias if beta != 0 else None, alpha, beta):
+                return res
     check_addmm_args("inductor_mm_plugin.addmm", bias, a, b)
     reason = kernel_unsupported_reason(a, b, bias)
     if reason is not None:
         _warn_fallback("inductor_mm_plugin.addmm", reason)
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha).contiguous()
     M, N = a.shape[0], b.shape[1]
-    out = a.new_empty((M, N)) if out is None else out
-    if out.numel():
-        _launch(a, b, out, bias.expand(M, N), beta, alpha)
-    return out
+    res = a.new_empty((M, N)) if out is None else out
+    if res.numel():
+        plan = _launch(a, b, res, bias.expand(M, N), beta, alpha)
+        if key is not None:
+            _remember(key, plan)
+    return res
 
 
 def bmm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
