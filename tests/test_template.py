@@ -100,10 +100,10 @@ def _linear(bias=True):
 EPILOGUES = {
     # name: (module factory, forward, text the epilogue leaves inside the template kernel)
     "gelu": (_linear, lambda m, x: F.gelu(m(x)), "erf"),
-    "silu": (_linear, lambda m, x: F.silu(m(x)), "sigmoid"),
+    "silu": (_linear, lambda m, x: F.silu(m(x)), "libdevice.exp"),  # x / (1 + exp(-x))
     "residual": (lambda: nn.Linear(D, D, device=DEVICE, dtype=torch.bfloat16), lambda m, x: m(x) + x, "tmp"),
     "cast": (_linear, lambda m, x: m(x).float(), "tl.float32"),
-    "swiglu": (SwiGLU, lambda m, x: m(x), "sigmoid"),
+    "swiglu": (SwiGLU, lambda m, x: m(x), "libdevice.exp"),
 }
 
 
