@@ -1,0 +1,63 @@
+"""Host (CPU) cost per call of the plugin's op against torch.mm, and what do_bench reports,
+before and after Dynamo has compiled something in the process.
+
+    python bench/host_overhead.py
+
+Per call: a loop of 2000 calls without synchronisation, wall time / 2000 (the CPU-bound
+cost); do_bench median (L2 flushed between reps: a ~60 us memset per rep, which hides host
+cost below that); do_bench_cudagraph median (the kernel alone). Small shapes, where host
+cost matters. Small matmuls take a few microseconds on the GPU, so per-call Python decides
+what an eager caller sees.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import triton.testing
+
+import inductor_mm_plugin  # noqa: F401
+from inductor_mm_plugin.ops import matmul as impl
+
+
+def per_call_us(fn, n=2000):
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
+
+
+def probe(tag):
+    for M in (768, 1000):
+        a = torch.randn(M, M, device="cuda", dtype=torch.bfloat16)
+        for layout, b in (("row", torch.randn(M, M, device="cuda", dtype=torch.bfloat16)),
+                          ("linear", torch.randn(M, M, device="cuda", dtype=torch.bfloat16).t())):  # fmt: skip
+            fns = {
+                "torch.mm": lambda: torch.mm(a, b),
+                "ops.mm": lambda: torch.ops.inductor_mm_plugin.mm(a, b),
+                "mm_launch": lambda: impl.mm_launch(a, b),
+            }
+            for name, fn in fns.items():
+                host = per_call_us(fn)
+                bench = 1e3 * triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
+                graph = 1e3 * triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
+                print(f"{tag:14s} {M}^3 {layout:6s} {name:10s} host {host:6.1f} us/call  do_bench {bench:6.1f} us  "
+                      f"cudagraph {graph:6.1f} us", flush=True)  # fmt: skip
+
+
+def main():
+    probe("fresh process")
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, y: x @ y)
+    f(torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda"))
+    probe("after compile")
+
+
+if __name__ == "__main__":
+    main()
