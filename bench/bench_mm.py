@@ -347,6 +347,7 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
     p.add_argument("--out", default="bench/results")
     p.add_argument("--tag", default="")
+    p.add_argument("--commit", default=None, help="commit to record (the GPU machine's copy has no git history)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_mm.py times GPU kernels: it needs a CUDA device")
@@ -365,7 +366,7 @@ def main(argv=None):
         "torch": torch.__version__,
         "triton": triton.__version__,
         "plugin": inductor_mm_plugin.__version__,
-        "commit": _git_commit(),
+        "commit": args.commit or _git_commit(),
         "python": platform.python_version(),
         "copy_gbs": copy_gbs,
         "tune_classes": args.tune_classes,

@@ -7,7 +7,7 @@ integration (``inductor_options``) is imported when first used.
 
 __version__ = "0.1.0"
 
-from .ops import KernelFallbackWarning, addmm, bmm, mm  # noqa: E402  (registers the ops)
+from .ops import KernelFallbackWarning, addmm, bmm, mm, set_autotune, warmup  # noqa: E402  (registers the ops)
 from .opt_in import opt_in, opt_out  # noqa: E402
 
 
@@ -29,4 +29,5 @@ def compare(model, example_inputs, **kwargs):
 
 __all__ = [
     "KernelFallbackWarning", "__version__", "addmm", "bmm", "compare", "inductor_options", "mm", "opt_in", "opt_out",
+    "set_autotune", "warmup",
 ]  # fmt: skip

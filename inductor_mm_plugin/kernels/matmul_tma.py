@@ -25,8 +25,13 @@ Structure:
 
 Dtypes: fp16, bf16, fp32 (TF32 or IEEE dot by INPUT_PRECISION) in, the output in the input
 dtype, fp32 accumulation. TF32 with an MN-major operand puts that operand first in the dot,
-taken from registers (``SWAP_AB`` computes C^T = B^T A^T for an N-major B). Known gaps: one matrix per launch (no batch); warp
-specialization is an option of the config, off unless measured to help.
+taken from registers (``SWAP_AB`` computes C^T = B^T A^T for an N-major B).
+
+Known gaps: one matrix per launch (batches take the pointer kernel); no warp
+specialization: ``WARP_SPECIALIZE`` exists as a config option, but on sm_90 with triton 3.6
+it yields PTX identical to the unflattened loop (compiled offline), so no config sets it;
+fp32 with an N-major B reaches about half of cuBLAS (TF32 wgmma wants K-major shared-memory
+operands).
 """
 
 from __future__ import annotations
