@@ -153,9 +153,11 @@ def time_ms(fn, cudagraph: bool) -> float:
 def implementations(a, b, row, tune_rows, inductor_shapes, inductor_pass=False):
     """name -> zero-argument callable; ``aten`` is the baseline.
 
-    Inductor is timed in a pass of its own after every other row (``inductor_pass``): once
-    Dynamo has compiled something in a process, the custom op's per-call host cost grew
-    and small-shape timings of the plugin became erratic (2026-11-29 H200 run).
+    Inductor is timed in a pass of its own after every other row (``inductor_pass``), so
+    its compiles (worker processes, GPU benchmarking) happen after the plugin's rows. This
+    was first done on the suspicion that Dynamo slows the op's host path afterwards;
+    ``bench/host_overhead.py`` on the H200 showed no such effect (2026-11-29), the order
+    just keeps the rows independent.
     """
     if inductor_pass:
         torch._dynamo.reset()
