@@ -236,20 +236,16 @@ def _num_sms(device: torch.device) -> int:
 
 
 # Scratch for the device-side TMA descriptors (grid x 128 bytes each), which Triton asks
-# the allocator for at every launch. Eager launches reuse one buffer per (device, stream):
-# launches on one stream run in order, so they never use it at the same time. Inside a
-# CUDA-graph capture each launch gets its own allocation from the graph's pool.
-_SCRATCH: dict[tuple[int, int], torch.Tensor] = {}
+# the allocator for at every launch.
 
 
 def _scratch_alloc(size: int, alignment: int, stream):
-    if torch.cuda.is_current_stream_capturing():
-        return torch.empty(size, dtype=torch.int8, device="cuda")
-    key = (torch.cuda.current_device(), stream)
-    buf = _SCRATCH.get(key)
-    if buf is None or buf.numel() < size:
-        buf = _SCRATCH[key] = torch.empty(max(size, 1 << 16), dtype=torch.int8, device="cuda")
-    return buf
+    # A fresh buffer per launch, freed when the launch returns (stream-ordered, so reuse is
+    # safe). Not cached: CUDA-graph trees (mode="reduce-overhead") run their warm-up inside
+    # a private memory pool and reject any allocation still alive afterwards that is not a
+    # graph output ("Detected 1 tensor(s) in the cudagraph pool not tracked as outputs",
+    # torch/_inductor/cudagraph_trees.py) - which a cached scratch buffer is.
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 _ALLOCATION = None  # triton.runtime._allocation, imported at the first TMA launch
@@ -276,21 +272,13 @@ def _ensure_allocator() -> None:
     triton.set_allocator(_scratch_alloc)
 
 
-# Split-K counters: one int32 per output tile, zero between launches (the last slice of a
-# tile resets it). Kept per (device, stream), so launches on different streams never share
-# one; never freed, because a captured CUDA graph may hold their address.
-_LOCKS: dict[tuple, torch.Tensor] = {}
-_RETIRED_LOCKS: list[torch.Tensor] = []
+# Split-K counters: one int32 per output tile, zero at launch (the last slice of a tile
+# resets it, but a fresh zeroed buffer per launch is what keeps CUDA-graph trees happy: see
+# _scratch_alloc). The memset is captured into a graph like the kernel itself.
 
 
 def _split_k_locks(device: torch.device, stream: int, tiles: int) -> torch.Tensor:
-    key = (device, stream)
-    locks = _LOCKS.get(key)
-    if locks is None or locks.numel() < tiles:
-        if locks is not None:
-            _RETIRED_LOCKS.append(locks)
-        locks = _LOCKS[key] = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=device)
-    return locks
+    return torch.zeros(tiles, dtype=torch.int32, device=device)
 
 
 def _current_stream(device: torch.device) -> int:
