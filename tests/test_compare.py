@@ -210,3 +210,8 @@ def test_strict_exits_nonzero_on_numerics_failure(monkeypatch, capsys):
     target = f"{EXAMPLES}/mlp.py:make"
     assert cli.main(["compare", target, "--strict", "--quiet"]) == cli.EXIT_NUMERICS
     assert cli.main(["compare", target, "--quiet"]) == 0
+
+
+def test_cli_option_without_value_is_an_error(capsys):
+    assert cli.main(["compare", f"{EXAMPLES}/mlp.py:make", "--option", "max_autotune", "--quiet"]) == cli.EXIT_ERROR
+    assert "--option expects KEY=VALUE, got 'max_autotune'" in capsys.readouterr().err

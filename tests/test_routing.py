@@ -460,3 +460,26 @@ def test_epilogue_detection_sees_through_views():
         run_compiled(Model(), x_of(2, 4, 16), backend="inductor_mm_plugin",
                      options={"select": "all", "post_grad_custom_post_pass": Inspect()})  # fmt: skip
     assert seen == {"L['self'].act": True, "L['self'].plain": False}, seen
+
+
+def test_opt_in_rejects_non_modules():
+    with pytest.raises(TypeError, match="opt_in: expected an nn.Module class or instance, got int"):
+        opt_in(3)
+    with pytest.raises(TypeError, match="opt_out: expected an nn.Module class or instance, got class dict"):
+        opt_out(dict)
+
+
+def test_marking_an_instance_twice_reuses_one_subclass():
+    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    opt_in(a)
+    opt_in(b)
+    assert type(a) is type(b) and type(a).__mro__[1] is nn.Linear
+    opt_out(a)  # re-marking derives from the original class, not from the opted-in one
+    assert type(a).__mro__[1] is nn.Linear and isinstance(a, nn.Linear)
+
+
+def test_mode_and_options_together_is_an_error():
+    from inductor_mm_plugin.inductor.backend import config_patches
+
+    with pytest.raises(ValueError, match="either mode or options, not both"):
+        config_patches({"select": "all"}, mode="max-autotune")
