@@ -1,10 +1,11 @@
 """Inductor lowerings for ``inductor_mm_plugin::mm/addmm/bmm``.
 
 Without a lowering a custom op reaches Inductor as an opaque fallback kernel. With one,
-Inductor decides how each routed op runs: the plugin kernel as an extern kernel choice
-(``extern_kernels.inductor_mm_plugin_mm(...)`` in the generated code) and, when the routing
-pass asked the site to compete, aten's kernel beside it, benchmarked by Inductor's
-autotuner so the faster one runs ("route only where faster").
+Inductor decides how each routed op runs (see ``_mm_like`` for the rule): the plugin's
+Triton template when the site feeds a pointwise epilogue (on CUDA), the plugin kernel as an
+extern kernel choice (``extern_kernels.inductor_mm_plugin_mm(...)`` in the generated code)
+otherwise, and, when the routing pass asked the site to compete, all of them and aten's
+kernel benchmarked by Inductor's autotuner so the fastest runs ("route only where faster").
 
 Registration is lazy (``register_lowerings()``, called by the backend and by
 ``inductor_options``) and idempotent. The extern choices are created when this module is
