@@ -3,7 +3,6 @@
 import pytest
 import torch
 from cases import BIAS_SHAPES, bias_of, randn
-from conftest import DEVICE
 
 import inductor_mm_plugin  # noqa: F401
 from inductor_mm_plugin.ops.reference import assert_matmul_close

@@ -85,8 +85,3 @@ def fresh_inductor_cache():
 
     return fresh_cache()
 
-
-def run_and_get_code(fn, *args, **kwargs):
-    from torch._inductor.utils import run_and_get_code as impl
-
-    return impl(fn, *args, **kwargs)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import weakref
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -209,5 +209,3 @@ def decide(site: Site, ineligible: str | None, select: SelectSpec, root: RootInf
     why = "select='opted_in'" if select == "opted_in" else "select='auto' and the model has opted-in modules"
     return False, f"not inside an opted-in module ({why})"
 
-
-PredicateType = Callable[[Site], bool]

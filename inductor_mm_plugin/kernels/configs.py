@@ -14,7 +14,6 @@ is tested on the CPU.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 # Shared memory per block on the H200 (sm_90): configs that need more fail with
 # "out of resource: Required 262144, Hardware limit 232448".
