@@ -18,6 +18,7 @@ def test_private_apis_exist():
     assert compat.TORCH_VERSION >= (2, 11)
     assert {"uuid", "__call__"} <= set(dir(compat.CustomGraphPass))
     assert isinstance(compat.get_hash_for_files((__file__,)), bytes)
+    assert callable(compat.can_use_tma) and callable(compat.persistent_mm_grid)
 
 
 def test_helpers():

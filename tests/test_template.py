@@ -14,7 +14,9 @@ from torch.testing import FileCheck
 
 from inductor_mm_plugin.inductor import template
 from inductor_mm_plugin.inductor.routing import record_sites
+from inductor_mm_plugin.kernels import configs
 from inductor_mm_plugin.kernels.matmul import _matmul_kernel
+from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _tile_coords
 
 MARKER = "inductor_mm_plugin template"
 
@@ -57,6 +59,58 @@ def test_template_mirrors_the_eager_kernel():
     for line in lines:
         assert line in kernel, f"eager kernel lost: {line}"
         assert line in template.SOURCE, f"template lost: {line}"
+
+
+def _source(fn):
+    return inspect.getsource(getattr(fn, "fn", fn))  # JIT or interpreter wrapper
+
+
+def test_tma_template_mirrors_the_tma_kernel():
+    """The TMA template's loop is the persistent TMA kernel's (split-K and SWAP_AB aside)."""
+    kernel = _source(_matmul_kernel_tma) + _source(_tile_coords)
+    lines = [
+        "num_pid_m = tl.cdiv(M, BLOCK_M)",
+        "work_c = start - NUM_SMS",
+        "tiles_per_group = GROUP_M * num_pid_n",
+        "group_size_m = min(num_pid_m - first_m, GROUP_M)",
+        "pid_m = first_m + ((tile % tiles_per_group) % group_size_m)",
+        "pid_n = (tile % tiles_per_group) // group_size_m",
+        "a = a_desc.load([off_m, off_k])",
+        "a = a_desc.load([off_k, off_m]).T",
+        "b = b_desc.load([off_n, off_k]).T",
+        "b = b_desc.load([off_k, off_n])",
+        "acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
+        "work_c += NUM_SMS",
+        "block_shape=[BLOCK_M, BLOCK_K])",
+        "block_shape=[BLOCK_K, BLOCK_N])",
+    ]
+    for line in lines:
+        assert line in kernel, f"TMA kernel lost: {line}"
+        # The template inlines _tile_coords with the work counter in place of `tile`.
+        assert line.replace("tile %", "work %") in template.TMA_SOURCE, f"TMA template lost: {line}"
+        if "(tile %" in line:
+            assert line.replace("tile %", "work_c %") in template.TMA_SOURCE
+
+
+@pytest.mark.parametrize("m,n,k", [(2048, 4096, 4096), (8192, 14336, 4096), (64, 4096, 4096), (1, 4096, 14336),
+                                   (768, 768, 768), (2048, 2048, 32768)])  # fmt: skip
+@pytest.mark.parametrize("a_kmajor,b_kmajor", [(True, True), (True, False), (False, True)])
+def test_tma_template_takes_the_eager_heuristic_without_split_k(m, n, k, a_kmajor, b_kmajor):
+    cfgs = template.tma_configs(m, n, k, torch.bfloat16, a_kmajor, b_kmajor, 132)
+    assert len(cfgs) == 1
+    (cfg,) = cfgs
+    eager = configs.heuristic_config(configs.Problem(m, n, k, 1, 2, "bfloat16", tma=True, a_kmajor=a_kmajor,
+                                                     b_kmajor=b_kmajor, c_tma=False))  # fmt: skip
+    assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps) == (eager.block_m, eager.block_n, eager.block_k,
+                                                                      eager.num_warps)  # fmt: skip
+    assert cfg.split_k == 1 and not cfg.epilogue_subtile and configs.fits(cfg, 2)
+    competing = template.tma_configs(m, n, k, torch.bfloat16, a_kmajor, b_kmajor, 132, compete=True)
+    assert competing[0] == cfg and len(competing) > 1
+    assert all(c.split_k == 1 and configs.fits(c, 2) for c in competing)
+
+
+def test_tma_template_leaves_fp32_to_the_pointer_template():
+    assert template.tma_configs(4096, 4096, 4096, torch.float32, True, True, 132) == []
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 14336, 4096), (128, 4096, 4096), (8192, 14336, 4096), (1000, 1000, 1000)])
@@ -128,19 +182,30 @@ def test_gpu_epilogue_fuses_into_the_template(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m,n,k", [(512, 384, 256), (1000, 520, 333), (4096, 4096, 4096), (64, 4096, 4096)])
-def test_gpu_template_and_eager_kernel_agree_bitwise(m, n, k):
-    from inductor_mm_plugin.kernels.configs import MatmulConfig
+@pytest.mark.parametrize(
+    "m,n,k,a_t", [(512, 384, 256, False), (512, 384, 256, True), (1000, 520, 333, False), (4096, 4096, 4096, False),
+                  (64, 4096, 4096, False), (300, 4096, 1024, False)])  # fmt: skip
+def test_gpu_template_and_eager_kernel_agree_bitwise(m, n, k, a_t):
+    """Each template computes what its eager kernel computes on the same config, bit for bit:
+    the TMA template where the operands are 16-byte aligned, the pointer template otherwise."""
     from inductor_mm_plugin.ops.matmul import _launch
 
-    a = torch.randn(m, k, device=DEVICE, dtype=torch.bfloat16)
+    a = torch.randn(k, m, device=DEVICE, dtype=torch.bfloat16).t() if a_t else torch.randn(m, k, device=DEVICE,
+                                                                                             dtype=torch.bfloat16)
     b = torch.randn(n, k, device=DEVICE, dtype=torch.bfloat16).t()
     out, codes, _ = compile_code(lambda a, b: torch.relu(a @ b), a, b)
-    assert any(MARKER in src for src in kernels_of(codes).values())
-    cfg = template.heuristic_config(m, n, k, 2)
-    eager = torch.empty(m, n, device=DEVICE, dtype=torch.bfloat16)
-    _launch(a, b, eager, config=MatmulConfig("ptr", cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m,
-                                             cfg.num_warps, cfg.num_stages))  # fmt: skip
+    kernels = [src for src in kernels_of(codes).values() if MARKER in src]
+    assert len(kernels) == 1, kernels
+    aligned = k * 2 % 16 == 0 and (not a_t or m * 2 % 16 == 0)  # TMA: 16-byte aligned row strides
+    assert ("make_tensor_descriptor" in kernels[0]) == aligned
+    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    if aligned:
+        (cfg,) = template.tma_configs(m, n, k, torch.bfloat16, not a_t, True, sms)
+    else:
+        c = template.heuristic_config(m, n, k, 2)
+        cfg = configs.MatmulConfig("ptr", c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages)
+    eager = torch.full((m, n), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    _launch(a, b, eager, config=cfg)
     assert torch.equal(out, torch.relu(eager)), (out - torch.relu(eager)).abs().max()
 
 

@@ -22,7 +22,7 @@ from torch._inductor.compile_fx import compile_fx  # noqa: F401
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files  # noqa: F401
 from torch._inductor.kernel.bmm import aten_bmm  # noqa: F401
 from torch._inductor.kernel.mm import aten_addmm, aten_mm  # noqa: F401
-from torch._inductor.kernel.mm_common import addmm_epilogue, mm_args, mm_grid  # noqa: F401
+from torch._inductor.kernel.mm_common import addmm_epilogue, mm_args, mm_grid, persistent_mm_grid  # noqa: F401
 from torch._inductor.lowering import lowerings, register_lowering  # noqa: F401
 from torch._inductor.select_algorithm import (  # noqa: F401
     ExternKernelChoice,
@@ -30,6 +30,7 @@ from torch._inductor.select_algorithm import (  # noqa: F401
     autotune_select_algorithm,
     extern_kernels,
 )
+from torch._inductor.utils import can_use_tma  # noqa: F401
 from torch._inductor.virtualized import V
 
 TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])

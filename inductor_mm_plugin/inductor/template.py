@@ -1,4 +1,4 @@
-"""The plugin's tile algorithm as an Inductor ``TritonTemplate``, so epilogues fuse into it.
+"""The plugin's tile algorithms as Inductor ``TritonTemplate``s, so epilogues fuse into them.
 
 A routed matmul lowered to an extern kernel is opaque: Inductor writes its output to memory
 and runs the bias, activation, residual or cast in a separate kernel. Lowered to this
@@ -6,12 +6,23 @@ template instead, the scheduler inlines those pointwise epilogues into the kerne
 (``store_output`` below), and Inductor's autotuner can compare the template's configs,
 with their epilogue, against the extern plugin kernel and aten.
 
-Same algorithm as the eager pointer kernel (``kernels/matmul.py``, ``_matmul_kernel``):
-one program per BLOCK_M x BLOCK_N tile in grouped order, a K loop of BLOCK_K slices into an
-fp32 accumulator, loads masked on the true indices. ``tests/test_template.py`` proves the
-two agree bit for bit on the same configs (the GPU-marked test), which is what keeps them
-from drifting apart. Differences: no batch dimension (bmm stays on the extern kernel), and
-alpha/beta/bias go through Inductor's epilogue instead of kernel flags.
+Two templates, each the algorithm of one eager kernel:
+
+* ``inductor_mm_plugin_mm_tma`` (``TMA_SOURCE``), the persistent TMA kernel
+  (``kernels/matmul_tma.py``, ``_matmul_kernel_tma``) without split-K: ``NUM_SMS``
+  programs loop over grouped output tiles, operands read through device-side TMA
+  descriptors in their storage order. Used for fp16/bf16 when both operands qualify for
+  TMA (Inductor's own ``can_use_tma``) and every size and stride is static; its config is
+  the eager kernel's heuristic pick for the same problem (``kernels/configs.py``).
+* ``inductor_mm_plugin_mm`` (``SOURCE``), the pointer kernel (``kernels/matmul.py``,
+  ``_matmul_kernel``): one program per tile, loads masked on the true indices. Everything
+  else (unaligned strides, dynamic shapes, fp32).
+
+``tests/test_template.py`` checks each template against its kernel line by line (CPU) and
+bit for bit on the same configs (GPU), which is what keeps them from drifting apart.
+Differences from the eager kernels: no batch dimension (bmm stays on the extern kernel),
+no split-K, and alpha/beta/bias go through Inductor's epilogue instead of kernel flags; the
+output is stored through pointers (the fused epilogue computes on the stored indices).
 
 CUDA only: on the CPU (Triton's interpreter) and wherever the template cannot be built,
 the lowering uses the extern kernel.
@@ -23,9 +34,11 @@ import dataclasses
 
 import torch
 
+from ..kernels import configs
 from . import compat
 
 TEMPLATE_NAME = "inductor_mm_plugin_mm"
+TMA_TEMPLATE_NAME = "inductor_mm_plugin_mm_tma"
 
 # Inductor's template language: def_kernel declares the inputs, size/stride read their
 # (possibly symbolic) sizes and strides, store_output stores the tile and appends any fused
@@ -76,6 +89,67 @@ SOURCE = r"""
     {{store_output(("idx_m", "idx_n"), "acc", "mask", val_shape=("BLOCK_M", "BLOCK_N"))}}
 """
 
+# The persistent TMA kernel's loop (kernels/matmul_tma.py) with SPLIT_K = 1, no SWAP_AB and
+# pointer stores. A_KMAJOR / B_KMAJOR pick each operand's descriptor in its storage order.
+TMA_SOURCE = r"""
+{{def_kernel("A", "B")}}
+    # inductor_mm_plugin template: the plugin's persistent TMA kernel (kernels/matmul_tma.py)
+    M = {{size("A", 0)}}
+    N = {{size("B", 1)}}
+    K = {{size("A", 1)}}
+    if M * N == 0:
+        return
+    if A_KMAJOR:
+        a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[{{stride("A", 0)}}, 1], block_shape=[BLOCK_M, BLOCK_K])
+    else:
+        a_desc = tl.make_tensor_descriptor(A, shape=[K, M], strides=[{{stride("A", 1)}}, 1], block_shape=[BLOCK_K, BLOCK_M])
+    if B_KMAJOR:
+        b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[{{stride("B", 1)}}, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[{{stride("B", 0)}}, 1], block_shape=[BLOCK_K, BLOCK_N])
+
+    start = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_work = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    tiles_per_group = GROUP_M * num_pid_n
+    work_c = start - NUM_SMS
+
+    for work in tl.range(start, num_work, NUM_SMS, flatten=FLATTEN):
+        group_id = work // tiles_per_group
+        first_m = group_id * GROUP_M
+        group_size_m = min(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + ((work % tiles_per_group) % group_size_m)
+        pid_n = (work % tiles_per_group) // group_size_m
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            off_k = ki * BLOCK_K
+            if A_KMAJOR:
+                a = a_desc.load([off_m, off_k])
+            else:
+                a = a_desc.load([off_k, off_m]).T
+            if B_KMAJOR:
+                b = b_desc.load([off_n, off_k]).T
+            else:
+                b = b_desc.load([off_k, off_n])
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+
+        # The epilogue recomputes its tile from its own counter (see the kernel).
+        work_c += NUM_SMS
+        group_id = work_c // tiles_per_group
+        first_m = group_id * GROUP_M
+        group_size_m = min(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + ((work_c % tiles_per_group) % group_size_m)
+        pid_n = (work_c % tiles_per_group) // group_size_m
+        idx_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
+        idx_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
+        mask = (idx_m < M) & (idx_n < N)
+        {{store_output(("idx_m", "idx_n"), "acc", "mask", indent_width=8, val_shape=("BLOCK_M", "BLOCK_N"))}}
+"""
+
 
 @dataclasses.dataclass(frozen=True)
 class TemplateConfig:
@@ -93,9 +167,7 @@ class TemplateConfig:
         }  # fmt: skip
 
 
-# Shared memory per block on the H200; the pipelined A and B tiles must fit.
-_SMEM_LIMIT = 232448
-_NUM_SMS = 132
+_NUM_SMS = 132  # H200; the pointer template's tile choice only
 
 # The configs offered when the site competes (Inductor benchmarks them with the epilogue).
 COMPETE_CONFIGS = [
@@ -122,23 +194,30 @@ def heuristic_config(m: int, n: int, k: int, elem_bytes: int) -> TemplateConfig:
 
 
 def fits(cfg: TemplateConfig, elem_bytes: int) -> bool:
-    return (cfg.block_m + cfg.block_n) * cfg.block_k * elem_bytes * cfg.num_stages <= _SMEM_LIMIT
+    return (cfg.block_m + cfg.block_n) * cfg.block_k * elem_bytes * cfg.num_stages <= configs.SMEM_LIMIT_BYTES
 
 
 def input_precision(dtype: torch.dtype) -> str:
     return "tf32" if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 else "ieee"
 
 
-_template = None
+_templates: dict[str, object] = {}
+
+
+def _template(name: str, grid, source: str):
+    """A TritonTemplate, created once per process (Inductor asserts on duplicate names)."""
+    if name not in _templates:
+        existing = compat.TritonTemplate.all_templates.get(name)
+        _templates[name] = existing or compat.TritonTemplate(name=name, grid=grid, source=source)
+    return _templates[name]
 
 
 def plugin_template():
-    """The TritonTemplate, created once per process (Inductor asserts on duplicate names)."""
-    global _template
-    if _template is None:
-        existing = compat.TritonTemplate.all_templates.get(TEMPLATE_NAME)
-        _template = existing or compat.TritonTemplate(name=TEMPLATE_NAME, grid=compat.mm_grid, source=SOURCE)
-    return _template
+    return _template(TEMPLATE_NAME, compat.mm_grid, SOURCE)
+
+
+def plugin_tma_template():
+    return _template(TMA_TEMPLATE_NAME, compat.persistent_mm_grid, TMA_SOURCE)
 
 
 def usable(layout) -> bool:
@@ -154,14 +233,46 @@ def _scale_epilogue(dtype, alpha):
     return epilogue
 
 
+def _static(node) -> bool:
+    return all(not getattr(x, "free_symbols", None) for x in (*node.get_size(), *node.get_stride()))
+
+
+def tma_configs(m: int, n: int, k: int, dtype: torch.dtype, a_kmajor: bool, b_kmajor: bool, num_sms: int,
+                compete: bool = False) -> list[configs.MatmulConfig]:  # fmt: skip
+    """The TMA template's configs: the eager TMA kernel's heuristic pick for the same problem
+    (and its autotuning candidates when competing), without split-K; [] where the eager
+    heuristic would not use the TMA kernel (then the pointer template is used)."""
+    problem = configs.Problem(m, n, k, 1, dtype.itemsize, str(dtype).removeprefix("torch."), tma=True,
+                              a_kmajor=a_kmajor, b_kmajor=b_kmajor, c_tma=False, num_sms=num_sms)  # fmt: skip
+    first = configs.heuristic_config(problem)
+    if first.kernel != "tma" or dtype == torch.float32:
+        return []
+    chosen = configs.candidate_configs(problem) if compete else [first]
+    out = []
+    for cfg in chosen:
+        # No split-K (the template has no partial-sum workspace) and no subtiled TMA store
+        # (the epilogue stores through pointers). The store's layout conversion needs about
+        # a BLOCK_M x BLOCK_N output tile of shared memory, which smem_bytes counts.
+        cfg = dataclasses.replace(cfg, split_k=1, epilogue_subtile=False, flatten=cfg.flatten or cfg.split_k > 1)
+        cfg = configs.deepest(cfg, dtype.itemsize, cfg.num_stages)
+        if cfg.kernel == "tma" and configs.fits(cfg, dtype.itemsize) and cfg not in out:
+            out.append(cfg)
+    return out
+
+
+def _tma_kwargs(cfg: configs.MatmulConfig, a_kmajor: bool, b_kmajor: bool, num_sms: int) -> dict:
+    return {
+        "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m,
+        "NUM_SMS": num_sms, "FLATTEN": cfg.flatten, "A_KMAJOR": a_kmajor, "B_KMAJOR": b_kmajor,
+        "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
+    }  # fmt: skip
+
+
 def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, beta=1, compete=False) -> None:
     """Append the template's choices for ``alpha * (a @ b) + beta * bias``."""
     dtype = layout.dtype
     elem = dtype.itemsize
     hints = [compat.V.graph.sizevars.size_hint(x, fallback=4096) for x in (m, n, k)]
-    configs = [heuristic_config(*hints, elem)]
-    if compete:
-        configs += [c for c in COMPETE_CONFIGS if c not in configs]
     # Inductor writes each template kwarg into the kernel as `NAME : tl.constexpr = value`,
     # so a string constexpr carries its own quotes.
     common = {"INPUT_PRECISION": repr(input_precision(dtype))}
@@ -177,7 +288,26 @@ def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, 
         extra = {"epilogue_fn": _scale_epilogue(dtype, alpha), "epilogue_fn_hash": str(["scale", dtype, alpha])}
     else:
         nodes, extra = (a, b), {}
+
+    # The TMA template where the operands allow it: static sizes and strides (a descriptor
+    # built for one shape's strides must not be reused for another's), 16-byte alignment.
+    tma = []
+    if _static(a) and _static(b) and compat.can_use_tma(a, b):
+        a_kmajor = compat.V.graph.sizevars.statically_known_equals(a.get_stride()[1], 1)
+        b_kmajor = compat.V.graph.sizevars.statically_known_equals(b.get_stride()[0], 1)
+        num_sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
+        tma = tma_configs(*hints, dtype, a_kmajor, b_kmajor, num_sms, compete=compete)
+        for cfg in tma:
+            plugin_tma_template().maybe_append_choice(
+                choices, input_nodes=nodes, layout=layout, **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms),
+                **common, **extra,
+            )  # fmt: skip
+    if tma and not compete:
+        return
+    configs_ = [heuristic_config(*hints, elem)]
+    if compete:
+        configs_ += [c for c in COMPETE_CONFIGS if c not in configs_]
     template = plugin_template()
-    for cfg in configs:
+    for cfg in configs_:
         if fits(cfg, elem):
             template.maybe_append_choice(choices, input_nodes=nodes, layout=layout, **cfg.kwargs(), **common, **extra)

@@ -134,7 +134,7 @@ def fits(cfg: MatmulConfig, elem_bytes: int) -> bool:
     return smem_bytes(cfg, elem_bytes) <= SMEM_LIMIT_BYTES
 
 
-def _deepest(cfg: MatmulConfig, elem_bytes: int, most: int) -> MatmulConfig:
+def deepest(cfg: MatmulConfig, elem_bytes: int, most: int) -> MatmulConfig:
     """The config with the most stages (at most ``most``, at least 2) that fits shared memory."""
     for s in range(most, 1, -1):
         c = dataclasses.replace(cfg, num_stages=s)
@@ -202,7 +202,7 @@ def _heuristic_ptr(p: Problem) -> MatmulConfig:
 def _heuristic_tma_fp32(p: Problem) -> MatmulConfig:
     # TF32 4096^3 / 8192x4096x4096, K-major B: 128x128x32 s4 0.83-0.88, 128x256x32 s3 0.87.
     cfg = MatmulConfig("tma", 128, 128, 32, 8, 8, 3, epilogue_subtile=True, flatten=True)
-    return _deepest(cfg, 4, 4)
+    return deepest(cfg, 4, 4)
 
 
 def _heuristic_tma(p: Problem) -> MatmulConfig:
@@ -213,7 +213,7 @@ def _heuristic_tma(p: Problem) -> MatmulConfig:
         # (3 stages fit either way), 4 stages and 256x128 no better.
         return MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True)
     if tiles(128, 128) >= sms or p.batch > 1:
-        return _deepest(MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True), 2, 4)
+        return deepest(MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True), 2, 4)
     # Fewer output tiles than SMs: cut K into slices when each stays long, up to one work
     # item per SM (1024x1024x65536: split 2 0.95, split 4 0.80, none 0.56).
     n = tiles(128, 128)
@@ -255,7 +255,7 @@ def _heuristic_skinny(p: Problem) -> MatmulConfig:
     # 256-wide K steps while 3 stages of them fit (measured with M <= 16), else 128.
     bk = 256 if fits(MatmulConfig("tma", bm, bn, 256, 1, warps, 3), p.elem_bytes) and bm < 64 else 128
     cfg = MatmulConfig("tma", bm, bn, bk, 1, warps, 6, split_k=split, flatten=split == 1)
-    return _deepest(cfg, p.elem_bytes, 6)
+    return deepest(cfg, p.elem_bytes, 6)
 
 
 def skinny_candidates(p: Problem) -> list[MatmulConfig]:
@@ -268,7 +268,7 @@ def skinny_candidates(p: Problem) -> list[MatmulConfig]:
                 continue
             warps = 8 if bm * bn >= 128 * 128 else 4
             cfg = MatmulConfig("tma", bm, bn, bk, 1, warps, 6, split_k=split, flatten=split == 1)
-            out.append(_deepest(cfg, p.elem_bytes, 6))
+            out.append(deepest(cfg, p.elem_bytes, 6))
     return out
 
 
