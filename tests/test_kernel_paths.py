@@ -65,9 +65,20 @@ def test_pointer_path_for_unaligned_strided_or_batched_operands():
     assert _layout(off, randn(16, 16, dtype=dt)) is None
     # K == 0: a descriptor needs non-empty dimensions.
     assert _layout(randn(8, 0, dtype=dt), randn(0, 16, dtype=dt)) is None
-    # Batches run on the pointer kernel.
-    a3, b3 = randn(2, 8, 16, dtype=dt), randn(2, 16, 16, dtype=dt)
-    assert impl._tma_layout(a3, b3, torch.empty(2, 8, 16, dtype=dt, device=DEVICE)) is None
+    # A batch whose matrices are not stacked at rows x leading stride (here padded apart).
+    padded = randn(2, 9, 16, dtype=dt)[:, :8]
+    b3 = randn(2, 16, 16, dtype=dt)
+    assert impl._tma_layout(padded, b3, torch.empty(2, 8, 16, dtype=dt, device=DEVICE)) is None
+
+
+def test_tma_path_for_stacked_batches_in_any_orientation():
+    dt = torch.bfloat16
+    B, M, N, K = 3, 24, 16, 40
+    for ta, tb in itertools.product((False, True), repeat=2):
+        a = randn(B, K, M, dtype=dt).transpose(1, 2) if ta else randn(B, M, K, dtype=dt)
+        b = randn(B, N, K, dtype=dt).transpose(1, 2) if tb else randn(B, K, N, dtype=dt)
+        layout = impl._tma_layout(a, b, torch.empty(B, M, N, dtype=dt, device=DEVICE))
+        assert layout is not None and layout[:3:2] == (not ta, tb), (ta, tb, layout)
 
 
 def test_size_one_dims_get_aligned_stand_in_strides():
@@ -119,6 +130,27 @@ def test_tma_kernel_forced_config(cfg, dtype, ta, tb):
     plan = impl._launch(a, b, out, config=cfg)
     assert plan.cfg.kernel == "tma"
     assert_matmul_close(out, a, b, tf32=dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("ta,tb", list(itertools.product((False, True), repeat=2)))
+@pytest.mark.parametrize("mnk", [(40, 24, 48), (33, 24, 48), (40, 24, 40)], ids=str)
+def test_tma_kernel_batched(dtype, ta, tb, mnk):
+    """Stacked batches: partial tiles along M must not spill into the next matrix (M = 33:
+    pointer stores), and K that is not a whole number of BLOCK_K steps leaves operands
+    stacked along K to the pointer kernel (K = 40 with an M-major A or an N-major B)."""
+    B, (M, N, K) = 3, mnk
+    if HAS_CUDA:
+        B, M, N, K = 5, M * 8 + 1, N * 8, K * 8
+    a = randn(B, K, M, dtype=dtype).transpose(1, 2) if ta else randn(B, M, K, dtype=dtype)
+    b = randn(B, N, K, dtype=dtype).transpose(1, 2) if tb else randn(B, K, N, dtype=dtype)
+    out = poisoned(B, M, N, dtype=dtype)
+    plan = impl._launch(a, b, out)
+    k_outer = ta or not tb
+    aligned = (M if ta else K) * 2 % 16 == 0 and (K if tb else N) * 2 % 16 == 0  # 16-byte rows
+    expect_tma = aligned and (not k_outer or K % plan.cfg.block_k == 0)
+    assert (plan.cfg.kernel == "tma") == expect_tma, plan.cfg
+    assert_matmul_close(out, a, b)
 
 
 @pytest.mark.parametrize("cfg", TMA_CONFIGS[:3], ids=lambda c: c.short().replace(" ", "_"))

@@ -156,6 +156,16 @@ def useful_split(K: int, block_k: int, split_k: int) -> bool:
     return split_k == 1 or k_per_split(K, block_k, split_k) * (split_k - 1) < K
 
 
+def batch_fits(p: Problem, cfg: MatmulConfig) -> bool:
+    """Whether the TMA kernel can run this config on a batch (see kernels/matmul_tma.py):
+    no split-K, and K a whole number of BLOCK_K steps when an operand is stacked along K
+    (an M-major A or an N-major B), so the last K step never reads the next matrix."""
+    if p.batch == 1 or cfg.kernel != "tma":
+        return True
+    k_outer = not p.a_kmajor or not p.b_kmajor
+    return cfg.split_k == 1 and (not k_outer or p.K % cfg.block_k == 0)
+
+
 # ---------------------------------------------------------------------------- heuristic
 
 INTERPRETER_PTR = MatmulConfig("ptr", 32, 32, 16, group_m=4, num_warps=4, num_stages=1)
@@ -164,12 +174,22 @@ INTERPRETER_TMA = MatmulConfig("tma", 32, 32, 16, group_m=4, num_warps=4, num_st
 
 def heuristic_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
     """A config for this problem, chosen instantly (no benchmarking)."""
+    cfg = _heuristic(p, interpreting)
+    if batch_fits(p, cfg):
+        return cfg
+    narrower = dataclasses.replace(cfg, split_k=1, block_k=min(cfg.block_k, 64))
+    if batch_fits(p, narrower):
+        return narrower
+    return INTERPRETER_PTR if interpreting else _heuristic_ptr(p)
+
+
+def _heuristic(p: Problem, interpreting: bool) -> MatmulConfig:
     if interpreting:
         # Small tiles keep the interpreter fast while odd shapes still get partial tiles.
         if not p.tma:
             return INTERPRETER_PTR
         # Exercise split-K on the CPU as well when K is long next to the output.
-        split = 2 if p.K >= 4 * max(p.M, p.N) and p.K >= 64 else 1
+        split = 2 if p.K >= 4 * max(p.M, p.N) and p.K >= 64 and p.batch == 1 else 1
         return dataclasses.replace(INTERPRETER_TMA, split_k=split)
     if not p.tma or (p.elem_bytes == 4 and p.precision != "tf32"):
         # fp32 without TF32 runs on CUDA cores; in the TMA kernel the transposed-operand
@@ -194,7 +214,7 @@ def _heuristic_ptr(p: Problem) -> MatmulConfig:
         return MatmulConfig("ptr", 64, 64, 32, 8, 4, 3)
     if p.M <= 64:
         return MatmulConfig("ptr", max(16, _pow2_ceil(p.M)), 64, 128, 1, 4, 3)
-    if p.M * p.N >= 2048 * 4096:
+    if p.M * p.N * p.batch >= 2048 * 4096:
         return MatmulConfig("ptr", 128, 64, 64, 8, 4, 3)
     return MatmulConfig("ptr", 64, 128, 32, 8, 4, 4)
 
@@ -332,8 +352,6 @@ def candidate_configs(p: Problem, interpreting: bool = False) -> list[MatmulConf
                         cands.append(c)
     out = [first]
     for c in cands:
-        if c.kernel == "tma" and c.split_k > 1 and p.batch > 1:
-            continue
-        if c not in out and fits(c, p.elem_bytes):
+        if c not in out and fits(c, p.elem_bytes) and batch_fits(p, c):
             out.append(c)
     return out

@@ -2,11 +2,19 @@
 
     C = alpha * (A @ B) + beta * bias        (bias term only when HAS_BIAS)
 
-Shapes: A (M, K), B (K, N), C (M, N), one matrix (the launcher sends batched calls to the
-pointer kernel in ``matmul.py``). Operands are read through device-side TMA descriptors
-(``tl.make_tensor_descriptor``), so each must have a 16-byte aligned base, a unit stride on
-one dimension and a 16-byte aligned stride on the other; the launcher checks this and uses
-the pointer kernel otherwise. A transposed operand gets a descriptor of its storage order
+Shapes: A (BATCH, M, K), B (BATCH, K, N), C (BATCH, M, N); ``mm``/``addmm`` use BATCH = 1
+(Triton specializes the argument, so the batch arithmetic folds away). Operands are read
+through device-side TMA descriptors (``tl.make_tensor_descriptor``), so each must have a
+16-byte aligned base, a unit stride on one dimension and a 16-byte aligned stride on the
+other; the launcher checks this and uses the pointer kernel otherwise.
+
+Batches: each operand's descriptor covers all its matrices stacked along the outer
+(non-unit-stride) dimension, e.g. a K-major A as a (BATCH * M, K) matrix, and a work item
+of matrix ``bid`` reads rows ``bid * M + ...``. This needs (launcher's checks): batch
+strides equal to rows x leading stride; K a multiple of BLOCK_K for an operand whose outer
+dimension is K (an M-major A, an N-major B), since the overhang of the last K step would
+read the next matrix's rows; and a TMA store only when BLOCK_M divides M, for the same
+reason on the output (masked pointer stores otherwise). Split-K is for single matrices. A transposed operand gets a descriptor of its storage order
 and is transposed in shared memory (``.T``), as in Triton's persistent matmul tutorial
 (python/tutorials/09-persistent-matmul.py): ``A_KMAJOR`` / ``B_KMAJOR`` say which.
 
@@ -27,7 +35,7 @@ Dtypes: fp16, bf16, fp32 (TF32 or IEEE dot by INPUT_PRECISION) in, the output in
 dtype, fp32 accumulation. TF32 with an MN-major operand puts that operand first in the dot,
 taken from registers (``SWAP_AB`` computes C^T = B^T A^T for an N-major B).
 
-Known gaps: one matrix per launch (batches take the pointer kernel); no warp
+Known gaps: no warp
 specialization: ``WARP_SPECIALIZE`` exists as a config option, but on sm_90 with triton 3.6
 it yields PTX identical to the unflattened loop (compiled offline), so no config sets it;
 fp32 with an N-major B reaches about half of cuBLAS (TF32 wgmma wants K-major shared-memory
@@ -64,7 +72,7 @@ def _via_registers(x):
 
 @triton.jit
 def _store_tile(
-    acc, c_desc, c_ptr, bias_ptr, off_m, off_n, M, N,
+    acc, c_desc, c_ptr, c_row0, bias_ptr, off_m, off_n, M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn, beta,
     HAS_BIAS: tl.constexpr, BIAS_MODE: tl.constexpr, C_TMA: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
 ):  # fmt: skip
@@ -85,7 +93,7 @@ def _store_tile(
         acc = acc + beta * bias.to(tl.float32)
     if C_TMA:
         # The descriptor clips rows and columns past M and N.
-        c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
+        c_desc.store([c_row0 + off_m, off_n], acc.to(c_ptr.dtype.element_ty))
     else:
         c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
@@ -94,8 +102,8 @@ def _store_tile(
 @triton.jit
 def _matmul_kernel_tma(
     a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, lock_ptr,
-    M, N, K, k_per_split,
-    lda, ldb, stride_cm, stride_cn, stride_biasm, stride_biasn,
+    M, N, K, k_per_split, BATCH,
+    lda, ldb, stride_cb, stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta,
     A_KMAJOR: tl.constexpr,
     B_KMAJOR: tl.constexpr,
@@ -116,24 +124,27 @@ def _matmul_kernel_tma(
     WARP_SPECIALIZE: tl.constexpr,
 ):  # fmt: skip
     # Descriptors of each operand in its storage order; lda / ldb are the non-unit strides.
+    # (A batch is stacked along each operand's outer dimension: see the module docstring.)
     if A_KMAJOR:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[lda, 1], block_shape=[BLOCK_M, BLOCK_K])
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[BATCH * M, K], strides=[lda, 1], block_shape=[BLOCK_M, BLOCK_K])
     else:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[lda, 1], block_shape=[BLOCK_K, BLOCK_M])
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[BATCH * K, M], strides=[lda, 1], block_shape=[BLOCK_K, BLOCK_M])
     if B_KMAJOR:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[ldb, 1], block_shape=[BLOCK_N, BLOCK_K])
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[BATCH * N, K], strides=[ldb, 1], block_shape=[BLOCK_N, BLOCK_K])
     else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[ldb, 1], block_shape=[BLOCK_K, BLOCK_N])
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[BATCH * K, N], strides=[ldb, 1], block_shape=[BLOCK_K, BLOCK_N])
     SUB_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
     if C_TMA:
-        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, SUB_N])
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[BATCH * M, N], strides=[stride_cm, 1],
+                                           block_shape=[BLOCK_M, SUB_N])  # fmt: skip
     else:
         c_desc = c_ptr  # unused: the epilogue stores through pointers
 
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_work = num_pid_m * num_pid_n * SPLIT_K
+    num_tiles = num_pid_m * num_pid_n  # per matrix
+    num_work = num_tiles * BATCH * SPLIT_K
     k_tiles = tl.cdiv(k_per_split, BLOCK_K)
     # The epilogue recomputes its tile from its own counter rather than carrying the
     # prologue's values across the flattened loop (as tutorial 09 does).
@@ -142,7 +153,8 @@ def _matmul_kernel_tma(
     for work in tl.range(start, num_work, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         tile = work // SPLIT_K
         k_start = (work % SPLIT_K) * k_per_split
-        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        bid = tile // num_tiles
+        pid_m, pid_n = _tile_coords(tile % num_tiles, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         if SWAP_AB:
@@ -153,13 +165,13 @@ def _matmul_kernel_tma(
             # Past K (the last slice may overhang) the descriptor reads zeros.
             off_k = k_start + ki * BLOCK_K
             if A_KMAJOR:
-                a = a_desc.load([off_m, off_k])
+                a = a_desc.load([bid * M + off_m, off_k])
             else:
-                a = a_desc.load([off_k, off_m]).T
+                a = a_desc.load([bid * K + off_k, off_m]).T
             if B_KMAJOR:
-                b = b_desc.load([off_n, off_k]).T
+                b = b_desc.load([bid * N + off_n, off_k]).T
             else:
-                b = b_desc.load([off_k, off_n])
+                b = b_desc.load([bid * K + off_k, off_n])
             if INTERPRETER_BF16:
                 # Interpreter only: its bf16 tl.dot multiplies raw bit patterns
                 # (triton-lang/triton#11584). The GPU path never sets this flag.
@@ -176,9 +188,12 @@ def _matmul_kernel_tma(
 
         work_c += NUM_SMS
         tile_c = work_c // SPLIT_K
-        pid_m, pid_n = _tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        bid_c = tile_c // num_tiles
+        pid_m, pid_n = _tile_coords(tile_c % num_tiles, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
+        c_row0 = bid_c * M  # this matrix's first row in the stacked output descriptor
+        c_mat = c_ptr + bid_c.to(tl.int64) * stride_cb
 
         is_last = True
         if SPLIT_K > 1:
@@ -207,10 +222,10 @@ def _matmul_kernel_tma(
                 # Two BLOCK_N / 2 halves: half the store buffer in shared memory.
                 acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
                 acc0, acc1 = tl.split(acc3)
-                _store_tile(acc0, c_desc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
+                _store_tile(acc0, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
                             stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
-                _store_tile(acc1, c_desc, c_ptr, bias_ptr, off_m, off_n + SUB_N, M, N, stride_cm, stride_cn,
+                _store_tile(acc1, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n + SUB_N, M, N, stride_cm, stride_cn,
                             stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
             else:
-                _store_tile(acc, c_desc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
+                _store_tile(acc, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
                             stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, BLOCK_N)  # fmt: skip

@@ -31,7 +31,7 @@ import torch
 import triton
 
 from ..kernels import tuning
-from ..kernels.configs import MatmulConfig, Problem, candidate_configs, heuristic_config, k_per_split
+from ..kernels.configs import MatmulConfig, Problem, batch_fits, candidate_configs, heuristic_config, k_per_split
 from ..kernels.matmul import _matmul_kernel, interpreting
 from ..kernels.matmul_tma import _matmul_kernel_tma
 
@@ -141,9 +141,9 @@ def _warn_fallback(op: str, reason: str) -> None:
 
 # --------------------------------------------------------------------------- launcher
 #
-# Which kernel: the persistent TMA kernel (kernels/matmul_tma.py) for one matrix whose
-# operands TMA can read (``_tma_layout``), the pointer kernel (kernels/matmul.py) for
-# everything else (batches, unaligned or oddly strided operands, K == 0).
+# Which kernel: the persistent TMA kernel (kernels/matmul_tma.py) where TMA can read the
+# operands (``_tma_layout``; for batches also ``configs.batch_fits``), the pointer kernel
+# (kernels/matmul.py) for everything else (unaligned or oddly strided operands, K == 0).
 #
 # Which config: the shape heuristic by default (instant, no tuning storm on first call);
 # timed candidates, cached on disk per shape bucket, when INDUCTOR_MM_PLUGIN_AUTOTUNE=1 or
@@ -203,23 +203,33 @@ def _tma_operand(rows: int, cols: int, s_rows: int, s_cols: int, elem: int, ptr:
     return None
 
 
+def _stacked(t: torch.Tensor, major_is_cols: bool, lead: int) -> bool:
+    """A batch of matrices is one stacked matrix along its outer dimension: the batch stride
+    is (outer extent) x (leading stride), as the TMA kernel's descriptors assume."""
+    if t.dim() == 2 or t.shape[0] == 1:
+        return True
+    outer = t.shape[-2] if major_is_cols else t.shape[-1]
+    return t.stride(0) == outer * lead
+
+
 def _tma_layout(a, b, out):
     """(a_kmajor, lda, b_kmajor, ldb, c_tma, ldc) when the TMA kernel can take this call, else None."""
-    if a.dim() == 3:
-        return None  # batches run on the pointer kernel
-    M, K = a.shape
-    N = b.shape[1]
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
     if K == 0:
         return None
     elem = a.element_size()
-    ta = _tma_operand(M, K, a.stride(0), a.stride(1), elem, a.data_ptr(), cols_is_k=True)
-    tb = _tma_operand(K, N, b.stride(0), b.stride(1), elem, b.data_ptr(), cols_is_k=False)
+    ta = _tma_operand(M, K, a.stride(-2), a.stride(-1), elem, a.data_ptr(), cols_is_k=True)
+    tb = _tma_operand(K, N, b.stride(-2), b.stride(-1), elem, b.data_ptr(), cols_is_k=False)
     if ta is None or tb is None:
         return None
+    # Stacked batches: the (unit-stride) columns of a K-major A are K, so its outer dim is M.
+    if not (_stacked(a, ta[0], ta[1]) and _stacked(b, not tb[0], tb[1])):
+        return None
     oelem = out.element_size()
-    tc = _tma_operand(M, N, out.stride(0), out.stride(1), oelem, out.data_ptr(), cols_is_k=True)
-    c_tma = tc is not None and tc[0]  # row-major output only
-    return ta[0], ta[1], tb[0], tb[1], c_tma, tc[1] if c_tma else out.stride(0)
+    tc = _tma_operand(M, N, out.stride(-2), out.stride(-1), oelem, out.data_ptr(), cols_is_k=True)
+    c_tma = tc is not None and tc[0] and _stacked(out, True, tc[1])  # row-major output only
+    return ta[0], ta[1], tb[0], tb[1], c_tma, tc[1] if c_tma else out.stride(-2)
 
 
 _NUM_SMS: dict[int, int] = {}
@@ -335,6 +345,8 @@ class _Plan:
             swap_ab = tf32 and a_kmajor and not b_kmajor
             a_via_regs = tf32 and not a_kmajor and b_kmajor
             self.grid = (max(1, min(p.num_sms, self.num_tiles * cfg.split_k)),)
+            # A stacked batch's TMA store would spill a partial tile into the next matrix.
+            c_tma = c_tma and (p.batch == 1 or p.M % cfg.block_m == 0)
             self.consts = (
                 a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["BIAS_MODE"], flags["SCALE_ACC"],
                 flags["INPUT_PRECISION"], swap_ab, a_via_regs, flags["INTERPRETER_BF16"],
@@ -358,9 +370,10 @@ class _Plan:
         if cfg.kernel == "tma":
             _, lda, _, ldb, _, ldc = self.layout
             ocn = out.stride()[-1]
+            ocb = out.stride(0) if out.dim() == 3 else 0
             bsm, bsn = bias.stride()[-2:] if self.has_bias else (0, 0)
             kps = k_per_split(p.K, cfg.block_k, cfg.split_k)
-            return (p.M, p.N, p.K, kps, lda, ldb, ldc, ocn, bsm, bsn)
+            return (p.M, p.N, p.K, kps, p.batch, lda, ldb, ocb, ldc, ocn, bsm, bsn)
         sa = a.stride() if a.dim() == 3 else (0, *a.stride())
         sb = b.stride() if b.dim() == 3 else (0, *b.stride())
         so = out.stride() if out.dim() == 3 else (0, *out.stride())
@@ -536,11 +549,12 @@ def _launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=
                 INPUT_PRECISION=_input_precision(a.dtype),
                 INTERPRETER_BF16=interpreter_bf16,
             )
-            layout = _tma_layout(a, b, kernel_out)
+            # The TMA kernel's bias has no batch stride: a batched bias takes the pointer kernel.
+            layout = None if has_bias and a.dim() == 3 else _tma_layout(a, b, kernel_out)
             problem = _problem(a, b, kernel_out, layout, has_bias, flags["INPUT_PRECISION"])
             if config is not None:
                 cfg = config
-                if cfg.kernel == "tma" and layout is None:
+                if cfg.kernel == "tma" and (layout is None or not batch_fits(problem, cfg)):
                     raise ValueError(f"config {cfg.short()} needs TMA-compatible operands")
             else:
                 cfg = _choose(problem, layout, flags, a, b, kernel_out, bias, alpha, beta, autotune)
