@@ -13,10 +13,29 @@ PLUGIN_CALL = re.compile(r"extern_kernels\.inductor_mm_plugin_(mm|addmm|bmm)\(")
 STOCK_CALL = re.compile(r"extern_kernels\.(mm|addmm|bmm|bias_addmm)\(")
 
 
+# The comment every plugin template kernel carries (inductor/template.py).
+TEMPLATE_MARKER = "inductor_mm_plugin template"
+
+
+def kernels_of(codes):
+    """{kernel name: source} of every Triton kernel in the generated code."""
+    found = {}
+    for code in codes:
+        for name, src in re.findall(r"async_compile\.triton\('(\w+)', '''(.*?)'''", code, flags=re.S):
+            found[name] = src
+    return found
+
+
 def count_calls(codes):
-    """(plugin calls, stock aten matmul calls) over all generated code."""
+    """(plugin calls, stock aten matmul calls) over all generated code. Plugin calls are the
+    extern plugin kernels plus the launches of plugin template kernels (on CUDA a site with
+    a pointwise user lowers to a template)."""
     text = "\n".join(codes)
-    return len(PLUGIN_CALL.findall(text)), len(STOCK_CALL.findall(text))
+    plugin = len(PLUGIN_CALL.findall(text))
+    for name, src in kernels_of(codes).items():
+        if TEMPLATE_MARKER in src:
+            plugin += len(re.findall(rf"\b{name}\.run\(", text))
+    return plugin, len(STOCK_CALL.findall(text))
 
 
 def run_compiled(model, *inputs, train=False, fresh_cache=True, **compile_kwargs):

@@ -2,7 +2,6 @@
 
 import logging
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -406,9 +405,8 @@ def test_gpu_max_autotune_with_compete():
                                      options={"select": "all", "compete": True, "max_autotune": True})  # fmt: skip
         ref = model(x)
     plugin, stock = count_calls(codes)
-    # Each routed site ends as the extern plugin kernel, aten, or a plugin template kernel.
-    templates = sum(len(re.findall(r"inductor_mm_plugin template", c)) for c in codes)
-    assert plugin + stock + templates == len(records) == len(routed(records)), (plugin, stock, templates, records)
+    # Each routed site ends as the extern plugin kernel, a plugin template kernel, or aten.
+    assert plugin + stock == len(records) == len(routed(records)), (plugin, stock, records)
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
 
 

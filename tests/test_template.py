@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from conftest import DEVICE
-from integration_utils import fresh_inductor_cache
+from integration_utils import TEMPLATE_MARKER as MARKER
+from integration_utils import fresh_inductor_cache, kernels_of
 from torch._inductor.utils import run_and_get_code
 from torch.testing import FileCheck
 
@@ -17,18 +18,6 @@ from inductor_mm_plugin.inductor.routing import record_sites
 from inductor_mm_plugin.kernels import configs
 from inductor_mm_plugin.kernels.matmul import _matmul_kernel
 from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _tile_coords
-
-MARKER = "inductor_mm_plugin template"
-
-
-def kernels_of(codes):
-    """{kernel name: source} of every Triton kernel in the generated code."""
-    found = {}
-    for code in codes:
-        for name, src in re.findall(r"async_compile\.triton\('(\w+)', '''(.*?)'''", code, flags=re.S):
-            found[name] = src
-    return found
-
 
 def compile_code(fn, *args, **compile_kwargs):
     torch._dynamo.reset()

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One device-tool call that checks and measures in parallel on a two-GPU machine
+# (nvidia-h200-x2): GPU 0 runs the tests, GPU 1 the benchmarks; one GPU runs them in turn.
+#   TESTS="tests/test_template.py ..."  (default: the integration, template and kernel tests)
+#   BENCHES="bmm epilogue ab mm"          (default: bmm epilogue ab)
+#   TEST_TIMEOUT, BENCH_TIMEOUT            (seconds; default 520 each)
+# $OUT gets at most 8 files (the device tool's limit): pytest.txt, bench.log and the results.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-build-isolation --no-deps -e . >/dev/null 2>&1
+GPUS=$(nvidia-smi -L | wc -l)
+TESTS=${TESTS:-tests/test_cache.py tests/test_compare.py tests/test_routing.py tests/test_template.py tests/test_kernel_paths.py}
+BENCHES=${BENCHES:-bmm epilogue ab}
+
+run_tests() {
+  timeout "${TEST_TIMEOUT:-520}" python3 -m pytest -q -p no:cacheprovider -rfE --durations=10 $TESTS >"$OUT/pytest.txt" 2>&1
+  echo "pytest exit $?" >>"$OUT/pytest.txt"
+}
+
+run_benches() {
+  local scratch=/tmp/bench_out
+  mkdir -p "$scratch"
+  {
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+    for b in $BENCHES; do
+      echo "=== $b"
+      case $b in
+        bmm) timeout 150 python3 bench/bench_bmm.py --out "$scratch" ;;
+        epilogue) timeout 330 python3 bench/bench_epilogue.py --quick --out "$scratch" ;;
+        ab) timeout 240 python3 -m inductor_mm_plugin compare examples/transformer_block.py:make --select all \
+              --markdown "$scratch/ab-transformer-block.md" --json "$scratch/ab-transformer-block.json" ;;
+        mm) timeout 400 python3 bench/bench_mm.py --out "$scratch" ${BENCH_MM_ARGS:-} ;;
+      esac
+    done
+  } >"$OUT/bench.log" 2>&1
+  cp "$scratch"/*.json "$scratch"/*.md "$OUT"/ 2>/dev/null
+}
+
+export OUT TESTS BENCHES BENCH_MM_ARGS=${BENCH_MM_ARGS:-}
+export -f run_benches
+if [ "$GPUS" -ge 2 ]; then
+  (CUDA_VISIBLE_DEVICES=0 run_tests) &
+  (CUDA_VISIBLE_DEVICES=1 timeout "${BENCH_TIMEOUT:-520}" bash -c run_benches) &
+  wait
+else
+  run_tests
+  timeout "${BENCH_TIMEOUT:-520}" bash -c run_benches
+fi
+tail -25 "$OUT/pytest.txt"
+tail -40 "$OUT/bench.log"
+ls "$OUT"
