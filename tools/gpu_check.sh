@@ -34,9 +34,9 @@ run_benches() {
               --markdown "$scratch/ab-transformer-block.md" --json "$scratch/ab-transformer-block.json" ;;
         mm) timeout 400 python3 bench/bench_mm.py --out "$scratch" ${BENCH_MM_ARGS:-} ;;
       esac
+      cp "$scratch"/*.json "$scratch"/*.md "$OUT"/ 2>/dev/null  # after each: a timeout keeps the rest
     done
   } >"$OUT/bench.log" 2>&1
-  cp "$scratch"/*.json "$scratch"/*.md "$OUT"/ 2>/dev/null
 }
 
 export OUT TESTS BENCHES BENCH_MM_ARGS=${BENCH_MM_ARGS:-}
