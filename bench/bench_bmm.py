@@ -48,6 +48,17 @@ ROWS = ["QK^T  (q @ k^T)", "PV    (p @ v)", "dP    (dO @ v^T)", "dV    (p^T @ dO
         "dK    (dS^T @ q)", "row-major 64x1024^3", "unaligned 256x2048x2048x100"]  # fmt: skip
 
 
+def _sweep_configs():
+    from inductor_mm_plugin.kernels.configs import MatmulConfig as C
+
+    return [
+        C("tma", 128, 256, 64, 8, 8, 3, flatten=True), C("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True),
+        C("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True), C("tma", 128, 128, 64, 8, 4, 4, flatten=True),
+        C("tma", 256, 128, 64, 8, 8, 3, epilogue_subtile=True, flatten=True),
+        C("tma", 128, 128, 128, 8, 8, 3, epilogue_subtile=True, flatten=True), C("ptr", 128, 128, 64, 8, 8, 3),
+    ]  # fmt: skip
+
+
 def main() -> None:
     import triton
     import triton.testing
@@ -58,6 +69,7 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="bench/results")
+    p.add_argument("--sweep", action="store_true", help="also time _sweep_configs()'s configs on the QK^T and PV rows")
     args = p.parse_args()
     plugin_bmm = torch.ops.inductor_mm_plugin.bmm
     results = []
@@ -79,6 +91,13 @@ def main() -> None:
             "config": plan_cfg.short(), "cublas_tflops": flops / t_aten / 1e9, "plugin_tflops": flops / t_plugin / 1e9,
             "cublas_ms": t_aten, "plugin_ms": t_plugin, "ratio": t_aten / t_plugin,
         }  # fmt: skip
+        if args.sweep and name in ROWS[:2]:
+            row["sweep"] = {}
+            for cfg in _sweep_configs():
+                ms = triton.testing.do_bench(lambda a=a, b=b, o=out, cfg=cfg: impl._launch(a, b, o, config=cfg),
+                                             return_mode="median")  # fmt: skip
+                row["sweep"][cfg.short()] = t_aten / ms
+                print(f"    sweep {cfg.short():32s} ratio {t_aten / ms:.2f}", flush=True)
         results.append(row)
         print(f"{name:30s} {B}x{M}x{N}x{K}  cuBLAS {row['cublas_tflops']:6.1f}  plugin {row['plugin_tflops']:6.1f} "
               f"TFLOP/s  ratio {row['ratio']:.2f}  [{row['config']}]", flush=True)  # fmt: skip

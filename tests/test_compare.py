@@ -111,7 +111,9 @@ def test_training_step_reports_gradients_and_backward_sites():
     assert {s.phase for s in report.sites} == {"forward", "backward"}
     assert all(s.routed for s in report.sites)
     assert "model.mlp.down.weight" in report.model["grads"]
-    assert all(g["plugin_err"].max_rel < 1e-4 for g in report.model["grads"].values())
+    assert all(g["ok"] for g in report.model["grads"].values())
+    if DEVICE == "cpu":  # fp32 on the interpreter; on CUDA the example is bf16 (judged by "ok")
+        assert all(g["plugin_err"].max_rel < 1e-4 for g in report.model["grads"].values())
 
 
 def test_graph_break_gives_two_graphs():
