@@ -3,13 +3,15 @@
 # (nvidia-h200-x2): GPU 0 runs the tests, GPU 1 the benchmarks; one GPU runs them in turn.
 #   TESTS="tests/test_template.py ..."  (default: the integration, template and kernel tests)
 #   BENCHES="bmm epilogue ab mm"          (default: bmm epilogue ab)
+#   TESTS2="..."                           (optional second pytest run, after the first)
+#   BENCH_BMM_ARGS, BENCH_MM_ARGS          (extra arguments of bench_bmm.py / bench_mm.py)
 #   TEST_TIMEOUT, BENCH_TIMEOUT            (seconds; default 520 each)
 # $OUT gets at most 8 files (the device tool's limit): pytest.txt, bench.log and the results.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-build-isolation --no-deps -e . >/dev/null 2>&1
+python3 -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | tail -2
 GPUS=$(nvidia-smi -L | wc -l)
 TESTS=${TESTS:-tests/test_cache.py tests/test_compare.py tests/test_routing.py tests/test_template.py tests/test_kernel_paths.py}
 BENCHES=${BENCHES:-bmm epilogue ab}
@@ -17,6 +19,10 @@ BENCHES=${BENCHES:-bmm epilogue ab}
 run_tests() {
   timeout "${TEST_TIMEOUT:-520}" python3 -m pytest -q -p no:cacheprovider -rfE --durations=10 $TESTS >"$OUT/pytest.txt" 2>&1
   echo "pytest exit $?" >>"$OUT/pytest.txt"
+  if [ -n "${TESTS2:-}" ]; then
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE $TESTS2 >>"$OUT/pytest.txt" 2>&1
+    echo "pytest (2) exit $?" >>"$OUT/pytest.txt"
+  fi
 }
 
 run_benches() {
@@ -28,7 +34,7 @@ run_benches() {
     for b in $BENCHES; do
       echo "=== $b"
       case $b in
-        bmm) timeout 150 python3 bench/bench_bmm.py --out "$scratch" ;;
+        bmm) timeout 200 python3 bench/bench_bmm.py --out "$scratch" ${BENCH_BMM_ARGS:-} ;;
         epilogue) timeout 330 python3 bench/bench_epilogue.py --quick --out "$scratch" ;;
         ab) timeout 240 python3 -m inductor_mm_plugin compare examples/transformer_block.py:make --select all \
               --markdown "$scratch/ab-transformer-block.md" --json "$scratch/ab-transformer-block.json" ;;
@@ -39,7 +45,7 @@ run_benches() {
   } >"$OUT/bench.log" 2>&1
 }
 
-export OUT TESTS BENCHES BENCH_MM_ARGS=${BENCH_MM_ARGS:-}
+export OUT TESTS BENCHES BENCH_MM_ARGS=${BENCH_MM_ARGS:-} BENCH_BMM_ARGS=${BENCH_BMM_ARGS:-}
 export -f run_benches
 if [ "$GPUS" -ge 2 ]; then
   (CUDA_VISIBLE_DEVICES=0 run_tests) &
