@@ -111,3 +111,22 @@ def test_import_has_no_side_effects():
 
 def test_version():
     assert inductor_mm_plugin.__version__.count(".") == 2
+
+
+def test_interpreter_defect_is_named_for_triton_36_with_numpy_24():
+    from inductor_mm_plugin.kernels.matmul import interpreter_defect_of
+
+    reason = interpreter_defect_of("3.6.0", "2.4.1")
+    assert "triton-lang/triton#9171" in reason and "numpy 2.4.1" in reason
+    assert interpreter_defect_of("3.6.0", "2.3.5") is None
+    assert interpreter_defect_of("3.7.1", "2.4.6") is None
+
+
+def test_interpreter_defect_falls_back_to_aten(monkeypatch):
+    from inductor_mm_plugin.ops import matmul as impl
+
+    monkeypatch.setattr(impl, "interpreter_defect", lambda: "a broken interpreter (stand-in)")
+    a, b = randn(9, 5, dtype=torch.float32), randn(5, 3, dtype=torch.float32)
+    with pytest.warns(KernelFallbackWarning, match="a broken interpreter"):
+        got = ops.mm(a, b)
+    torch.testing.assert_close(got, torch.mm(a, b))

@@ -32,7 +32,7 @@ import triton
 
 from ..kernels import tuning
 from ..kernels.configs import MatmulConfig, Problem, batch_fits, candidate_configs, heuristic_config, k_per_split
-from ..kernels.matmul import _matmul_kernel, interpreting
+from ..kernels.matmul import _matmul_kernel, interpreter_defect, interpreting
 from ..kernels.matmul_tma import _matmul_kernel_tma
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -125,6 +125,9 @@ def kernel_unsupported_reason(*tensors: torch.Tensor) -> str | None:
             return "CPU tensors need Triton's interpreter (TRITON_INTERPRET=1 before import)"
     elif t0.device.type != "cuda":
         return f"device {t0.device} is not supported by the kernel (cuda, or cpu when interpreting)"
+    defect = interpreter_defect()
+    if defect is not None:
+        return defect
     for t in tensors:
         # The last two dims are one matrix; the batch offset is computed in 64 bits.
         if t.dim() >= 2 and t.numel():
