@@ -84,7 +84,7 @@ def test_tma_template_mirrors_the_tma_kernel():
 
 
 @pytest.mark.parametrize("m,n,k", [(2048, 4096, 4096), (8192, 14336, 4096), (64, 4096, 4096), (1, 4096, 14336),
-                                   (768, 768, 768), (2048, 2048, 32768)])  # fmt: skip
+                                   (768, 768, 768), (2048, 2048, 32768), (16384, 128, 4096)])  # fmt: skip
 @pytest.mark.parametrize("a_kmajor,b_kmajor", [(True, True), (True, False), (False, True)])
 def test_tma_template_takes_the_eager_heuristic_without_split_k(m, n, k, a_kmajor, b_kmajor):
     cfgs = template.tma_configs(m, n, k, torch.bfloat16, a_kmajor, b_kmajor, 132)
@@ -95,6 +95,7 @@ def test_tma_template_takes_the_eager_heuristic_without_split_k(m, n, k, a_kmajo
     assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps) == (eager.block_m, eager.block_n, eager.block_k,
                                                                       eager.num_warps)  # fmt: skip
     assert cfg.split_k == 1 and not cfg.epilogue_subtile and configs.fits(cfg, 2)
+    assert configs.smem_bytes(cfg, 2) <= template._TEMPLATE_SMEM_BUDGET
     competing = template.tma_configs(m, n, k, torch.bfloat16, a_kmajor, b_kmajor, 132, compete=True)
     assert competing[0] == cfg and len(competing) > 1
     assert all(c.split_k == 1 and configs.fits(c, 2) for c in competing)

@@ -237,6 +237,12 @@ def _static(node) -> bool:
     return all(not getattr(x, "free_symbols", None) for x in (*node.get_size(), *node.get_stride()))
 
 
+# The fused epilogue's layout conversion takes scratch that Triton sizes, not the plugin:
+# keep 16 KiB of headroom below the hardware limit (128x256x64 with 3 stages, 209 KiB by
+# smem_bytes, compiles and runs on the H200).
+_TEMPLATE_SMEM_BUDGET = configs.SMEM_LIMIT_BYTES - 16 * 1024
+
+
 def tma_configs(m: int, n: int, k: int, dtype: torch.dtype, a_kmajor: bool, b_kmajor: bool, num_sms: int,
                 compete: bool = False) -> list[configs.MatmulConfig]:  # fmt: skip
     """The TMA template's configs: the eager TMA kernel's heuristic pick for the same problem
@@ -254,8 +260,9 @@ def tma_configs(m: int, n: int, k: int, dtype: torch.dtype, a_kmajor: bool, b_km
         # (the epilogue stores through pointers). The store's layout conversion needs about
         # a BLOCK_M x BLOCK_N output tile of shared memory, which smem_bytes counts.
         cfg = dataclasses.replace(cfg, split_k=1, epilogue_subtile=False, flatten=cfg.flatten or cfg.split_k > 1)
-        cfg = configs.deepest(cfg, dtype.itemsize, cfg.num_stages)
-        if cfg.kernel == "tma" and configs.fits(cfg, dtype.itemsize) and cfg not in out:
+        while configs.smem_bytes(cfg, dtype.itemsize) > _TEMPLATE_SMEM_BUDGET and cfg.num_stages > 2:
+            cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
+        if cfg.kernel == "tma" and configs.smem_bytes(cfg, dtype.itemsize) <= _TEMPLATE_SMEM_BUDGET and cfg not in out:
             out.append(cfg)
     return out
 
