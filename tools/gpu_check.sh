@@ -6,6 +6,9 @@
 #   TESTS2="..."                           (optional second pytest run, after the first)
 #   BENCH_BMM_ARGS, BENCH_MM_ARGS          (extra arguments of bench_bmm.py / bench_mm.py)
 #   TEST_TIMEOUT, BENCH_TIMEOUT            (seconds; default 520 each)
+# Snapshot first (from the repo root): rm -rf .clean && mkdir .clean && git archive HEAD | tar -x -C .clean
+#   && git rev-parse --short HEAD > .clean/.commit; then run `cd .clean && bash tools/gpu_check.sh`
+#   with carry [".clean"] (.clean is ignored through .git/info/exclude).
 # $OUT gets at most 8 files (the device tool's limit): pytest.txt, bench.log and the results.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -38,14 +41,17 @@ run_benches() {
         epilogue) timeout 330 python3 bench/bench_epilogue.py --quick --out "$scratch" ;;
         ab) timeout 240 python3 -m inductor_mm_plugin compare examples/transformer_block.py:make --select all \
               --markdown "$scratch/ab-transformer-block.md" --json "$scratch/ab-transformer-block.json" ;;
-        mm) timeout 400 python3 bench/bench_mm.py --out "$scratch" ${BENCH_MM_ARGS:-} ;;
+        mm) timeout 400 python3 bench/bench_mm.py --out "$scratch" --commit "$COMMIT" ${BENCH_MM_ARGS:-} ;;
       esac
       cp "$scratch"/*.json "$scratch"/*.md "$OUT"/ 2>/dev/null  # after each: a timeout keeps the rest
     done
   } >"$OUT/bench.log" 2>&1
 }
 
-export OUT TESTS BENCHES BENCH_MM_ARGS=${BENCH_MM_ARGS:-} BENCH_BMM_ARGS=${BENCH_BMM_ARGS:-}
+# The snapshot's commit: written to .commit when the snapshot is made (the device copy's
+# git metadata can be stale), else git's.
+COMMIT=$(cat .commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
+export OUT TESTS BENCHES COMMIT BENCH_MM_ARGS=${BENCH_MM_ARGS:-} BENCH_BMM_ARGS=${BENCH_BMM_ARGS:-}
 export -f run_benches
 if [ "$GPUS" -ge 2 ]; then
   (CUDA_VISIBLE_DEVICES=0 run_tests) &
