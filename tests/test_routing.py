@@ -481,3 +481,88 @@ def test_mode_and_options_together_is_an_error():
 
     with pytest.raises(ValueError, match="either mode or options, not both"):
         config_patches({"select": "all"}, mode="max-autotune")
+
+
+# --------------------------------------------------- compete="auto": the slower path competes
+
+
+def _mm_graph(a_val, b_val, op=torch.ops.aten.mm.default):
+    graph = torch.fx.Graph()
+    a, b = graph.placeholder("a"), graph.placeholder("b")
+    a.meta["val"], b.meta["val"] = a_val, b_val
+    mm = graph.call_function(op, (a, b))
+    graph.output(mm)
+    return graph, mm
+
+
+def _fake(*shape, transposed=False, dtype=torch.bfloat16, device="cuda"):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        if transposed:
+            return torch.empty(*shape[:-2], shape[-1], shape[-2], dtype=dtype, device=device).transpose(-1, -2)
+        return torch.empty(*shape, dtype=dtype, device=device)
+
+
+@pytest.mark.parametrize("a,b,slower", [
+    ((4096, 4096), (4096, 4096), None),  # aligned: the TMA kernel
+    ((4096, 4096), (4096, 4096, "t"), None),  # a Linear weight
+    ((1000, 100), (100, 512), "not TMA-readable"),  # rows of 200 bytes
+    ((1000, 64), (64, 500, "t"), None),  # B^T rows of 128 bytes: fine
+    ((8, 300, 64), (8, 64, 300), "not TMA-readable"),  # B rows of 600 bytes
+    ((8, 256, 1000), (8, 1000, 128), "stacked along K = 1000"),  # p @ v with seq 1000
+    ((8, 256, 1024), (8, 1024, 128), None),  # p @ v with seq 1024
+    ((8, 256, 1000), (8, 1000, 128, "t"), None),  # both K-major: K may be anything aligned
+], ids=str)  # fmt: skip
+def test_slower_path_reason_on_cuda_operands(a, b, slower):
+    from inductor_mm_plugin.inductor.selection import slower_path_reason
+
+    fa = _fake(*[d for d in a if d != "t"], transposed="t" in a)
+    fb = _fake(*[d for d in b if d != "t"], transposed="t" in b)
+    op = torch.ops.aten.bmm.default if fa.dim() == 3 else torch.ops.aten.mm.default
+    _, node = _mm_graph(fa, fb, op)
+    reason = slower_path_reason(node)
+    assert (reason is None) == (slower is None), reason
+    if slower:
+        assert slower in reason
+
+
+def test_slower_path_reason_is_for_cuda_only():
+    from inductor_mm_plugin.inductor.selection import slower_path_reason
+
+    _, node = _mm_graph(_fake(100, 100, device="cpu"), _fake(100, 100, device="cpu"))
+    assert slower_path_reason(node) is None
+
+
+@pytest.mark.parametrize("compete,expect", [("auto", [True, False]), (True, [True, True]), (False, [False, False])])
+def test_compete_auto_marks_only_slower_path_sites(compete, expect):
+    from inductor_mm_plugin.inductor.options import PluginOptions
+    from inductor_mm_plugin.inductor.routing import META_KEY, route_graph
+    from inductor_mm_plugin.inductor.selection import RootInfo
+
+    marks = []
+    for a, b in [((1000, 100), (100, 512)), ((1024, 128), (128, 512))]:
+        graph, _ = _mm_graph(_fake(*a), _fake(*b))
+        records = route_graph(graph, PluginOptions(select="all", compete=compete), RootInfo())
+        assert [r.routed for r in records] == [True]
+        (node,) = [n for n in graph.nodes if n.target == torch.ops.inductor_mm_plugin.mm.default]
+        marks.append(node.meta[META_KEY]["compete"])
+    assert marks == expect
+
+
+def test_compete_option_values():
+    from inductor_mm_plugin.inductor.options import PluginOptions
+
+    assert PluginOptions().compete is False
+    assert PluginOptions(compete="auto").compete == "auto"
+    with pytest.raises(TypeError, match="compete must be True, False or 'auto', got 'sometimes'"):
+        PluginOptions(compete="sometimes")
+
+
+def test_compete_auto_through_the_backend_keeps_fast_path_sites_on_the_plugin():
+    # MLP's operands are aligned (fp32 rows of 64/128 bytes): nothing competes, on CPU or CUDA.
+    with record_sites() as records:
+        _, _, codes = run_compiled(MLP(), x_of(4, 16), backend="inductor_mm_plugin",
+                                   options={"select": "all", "compete": "auto"})  # fmt: skip
+    assert len(routed(records)) == 2
+    check_code_matches(records, codes)

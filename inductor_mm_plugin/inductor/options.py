@@ -15,18 +15,21 @@ class PluginOptions:
 
     select:  which eligible matmuls are routed: "auto" (default), "all", "opted_in", or a
              predicate ``select(site) -> bool`` (see ``inductor_mm_plugin.inductor.selection``).
-    compete: routed sites let Inductor's autotuner choose between the plugin kernel and
-             aten for each shape ("route only where faster"); off, a routed site always runs
-             the plugin kernel.
+    compete: whether a routed site lets Inductor's autotuner choose between the plugin's
+             kernels (with their fused epilogue) and aten for its shape ("route only where
+             faster"): True for every routed site; "auto" only for CUDA sites that would
+             take the plugin's slower pointer kernel (``selection.slower_path_reason``);
+             False (default) never, so a routed site always runs the plugin. ("auto" is not
+             the default yet: the GPU tests that count plugin calls have not run with it.)
     """
 
     select: SelectSpec = "auto"
-    compete: bool = False
+    compete: bool | str = False
 
     def __post_init__(self):
         validate_select(self.select)
-        if not isinstance(self.compete, bool):
-            raise TypeError(f"inductor_mm_plugin: compete must be a bool, got {self.compete!r}")
+        if not isinstance(self.compete, bool) and self.compete != "auto":
+            raise TypeError(f"inductor_mm_plugin: compete must be True, False or 'auto', got {self.compete!r}")
 
 
 PLUGIN_KEYS = tuple(f.name for f in dataclasses.fields(PluginOptions))

@@ -28,7 +28,17 @@ from .. import __version__
 from ..kernels.matmul import interpreting
 from . import compat
 from .options import PluginOptions
-from .selection import MATMULS, IN, RootInfo, Site, decide, describe, ineligible_reason, marked_classes_fingerprint
+from .selection import (
+    IN,
+    MATMULS,
+    RootInfo,
+    Site,
+    decide,
+    describe,
+    ineligible_reason,
+    marked_classes_fingerprint,
+    slower_path_reason,
+)
 
 log = logging.getLogger("inductor_mm_plugin.routing")
 
@@ -149,8 +159,13 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
         record = SiteRecord(site, routed, reason, label)
         records.append(record)
         if routed:
-            _replace(graph, node, site, options)
-            log.info("routed %s", site)
+            slower = slower_path_reason(node) if options.compete == "auto" else None
+            compete = options.compete is True or slower is not None
+            _replace(graph, node, site, compete)
+            if slower:
+                log.info("routed %s; competes with aten (compete='auto'): %s", site, slower)
+            else:
+                log.info("routed %s", site)
         else:
             log.info("not routed %s: %s", site, reason)
         for listener in list(_listeners):
@@ -178,7 +193,7 @@ def _feeds_pointwise(node: torch.fx.Node) -> bool:
     return False
 
 
-def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, options: PluginOptions) -> None:
+def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, compete: bool) -> None:
     op = PLUGIN_OPS[site.op]
     if site.op == "addmm":
         bias, a, b = node.args[:3]
@@ -191,6 +206,6 @@ def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, options: Pl
     for key in COPIED_META:
         if key in node.meta:
             new.meta[key] = node.meta[key]
-    new.meta[META_KEY] = {"compete": options.compete, "site": str(site), "epilogue": _feeds_pointwise(node)}
+    new.meta[META_KEY] = {"compete": compete, "site": str(site), "epilogue": _feeds_pointwise(node)}
     node.replace_all_uses_with(new)
     graph.erase_node(node)

@@ -27,8 +27,8 @@ import torch
 import torch.nn as nn
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from ..kernels.matmul import interpreting
-from ..ops.matmul import SUPPORTED_DTYPES
+from ..kernels.matmul import interpreter_defect, interpreting
+from ..ops.matmul import SUPPORTED_DTYPES, tma_readable
 
 aten = torch.ops.aten
 MATMULS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm"}
@@ -163,6 +163,8 @@ def ineligible_reason(node: torch.fx.Node) -> str | None:
     device = vals[0].device
     if device.type == "cpu" and not interpreting():
         return "CPU tensors need Triton's interpreter (TRITON_INTERPRET=1 before import)"
+    if interpreter_defect() is not None:
+        return interpreter_defect()
     if device.type not in ("cpu", "cuda"):
         return f"device {device} is not supported by the kernel"
     operands = vals[-2:]  # a and b (addmm's bias reads any strides in the epilogue)
@@ -172,6 +174,32 @@ def ineligible_reason(node: torch.fx.Node) -> str | None:
                 f"operand {name} has strides {tuple(v.stride())} with no unit-stride dimension: the kernel "
                 "would read it uncoalesced; stock Inductor lays it out first"
             )
+    return None
+
+
+def slower_path_reason(node: torch.fx.Node) -> str | None:
+    """Why an eligible CUDA site would run on the plugin's slower path, or None.
+
+    The persistent TMA kernel is the fast path; operands that TMA descriptors cannot read
+    (rows not 16-byte aligned, batches not stacked at a uniform stride, or a batch whose K
+    is not a whole number of 64-wide steps where an operand is stacked along K) take the
+    pointer kernel, measured at 0.29-0.87 of cuBLAS on the H200 for such shapes
+    (bench/results/2026-11-29-NVIDIA_H200*.md), though 1.3x on one. With ``compete="auto"``
+    these sites let Inductor's autotuner pick the plugin or aten. Symbolic shapes: None
+    (decided at run time by the launcher).
+    """
+    a, b = (arg.meta.get("val") for arg in node.args[-2:])
+    if a.device.type != "cuda":
+        return None
+    ints = (*a.shape, *a.stride(), a.storage_offset(), *b.shape, *b.stride(), b.storage_offset())
+    if any(not isinstance(x, int) for x in ints):
+        return None
+    if not tma_readable(a, b):
+        return "its operands are not TMA-readable (rows not 16-byte aligned or batches not stacked): the pointer kernel"
+    k = a.shape[-1]
+    k_stacked = a.stride(-1) != 1 or b.stride(-2) != 1  # an M-major A or an N-major B
+    if a.dim() == 3 and a.shape[0] > 1 and k_stacked and k % 64:
+        return f"a batch stacked along K = {k}, not a multiple of 64: the pointer kernel"
     return None
 
 

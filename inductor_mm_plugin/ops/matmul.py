@@ -215,20 +215,38 @@ def _stacked(t: torch.Tensor, major_is_cols: bool, lead: int) -> bool:
     return t.stride(0) == outer * lead
 
 
-def _tma_layout(a, b, out):
-    """(a_kmajor, lda, b_kmajor, ldb, c_tma, ldc) when the TMA kernel can take this call, else None."""
+def _tma_operands(a, b, ptr_a: int, ptr_b: int):
+    """((a_kmajor, lda), (b_kmajor, ldb)) when TMA descriptors can read both operands, else None."""
     M, K = a.shape[-2:]
     N = b.shape[-1]
     if K == 0:
         return None
     elem = a.element_size()
-    ta = _tma_operand(M, K, a.stride(-2), a.stride(-1), elem, a.data_ptr(), cols_is_k=True)
-    tb = _tma_operand(K, N, b.stride(-2), b.stride(-1), elem, b.data_ptr(), cols_is_k=False)
+    ta = _tma_operand(M, K, a.stride(-2), a.stride(-1), elem, ptr_a, cols_is_k=True)
+    tb = _tma_operand(K, N, b.stride(-2), b.stride(-1), elem, ptr_b, cols_is_k=False)
     if ta is None or tb is None:
         return None
     # Stacked batches: the (unit-stride) columns of a K-major A are K, so its outer dim is M.
     if not (_stacked(a, ta[0], ta[1]) and _stacked(b, not tb[0], tb[1])):
         return None
+    return ta, tb
+
+
+def tma_readable(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether operands laid out like ``a`` and ``b`` can take the TMA kernel, judged from
+    shapes, strides and storage offsets alone (so it works on fake tensors too; allocations
+    themselves are assumed 16-byte aligned, as torch's allocators make them)."""
+    offset = lambda t: t.storage_offset() * t.element_size()  # noqa: E731
+    return _tma_operands(a, b, offset(a), offset(b)) is not None
+
+
+def _tma_layout(a, b, out):
+    """(a_kmajor, lda, b_kmajor, ldb, c_tma, ldc) when the TMA kernel can take this call, else None."""
+    operands = _tma_operands(a, b, a.data_ptr(), b.data_ptr())
+    if operands is None:
+        return None
+    ta, tb = operands
+    M, N = a.shape[-2], b.shape[-1]
     oelem = out.element_size()
     tc = _tma_operand(M, N, out.stride(-2), out.stride(-1), oelem, out.data_ptr(), cols_is_k=True)
     c_tma = tc is not None and tc[0] and _stacked(out, True, tc[1])  # row-major output only
