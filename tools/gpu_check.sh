@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device-tool call that checks and measures in parallel on a two-GPU machine
 # (nvidia-h200-x2): GPU 0 runs the tests, GPU 1 the benchmarks; one GPU runs them in turn.
+#   FULL_SUITE=1                           the whole test suite (4 processes over the GPUs), nothing else
 #   TESTS="tests/test_template.py ..."  (default: the integration, template and kernel tests)
 #   BENCHES="bmm epilogue ab mm"          (default: bmm epilogue ab)
 #   TESTS2="..."                           (optional second pytest run, after the first)
@@ -51,6 +52,21 @@ run_benches() {
 # The snapshot's commit: written to .commit when the snapshot is made (the device copy's
 # git metadata can be stale), else git's.
 COMMIT=$(cat .commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ "${FULL_SUITE:-0}" = 1 ]; then
+  # The whole suite in four pytest processes, two per GPU (it compiles on the CPU most of
+  # the time; one process took over ten minutes on its own). No benchmarks.
+  groups=("tests/test_routing.py" "tests/test_compare.py tests/test_cache.py tests/test_template.py"
+          "tests/test_kernel_paths.py tests/test_tuning_cache.py tests/test_compat.py"
+          "tests/test_ops.py tests/test_autograd.py tests/test_fallback_and_errors.py")
+  for i in 0 1 2 3; do
+    (CUDA_VISIBLE_DEVICES=$((i % GPUS)) timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -q -p no:cacheprovider -rfE \
+      ${groups[$i]} >"$OUT/pytest-$i.txt" 2>&1; echo "pytest exit $?" >>"$OUT/pytest-$i.txt") &
+  done
+  wait
+  for i in 0 1 2 3; do echo "== ${groups[$i]}"; grep -E "^(FAILED|ERROR)|passed|failed|pytest exit" "$OUT/pytest-$i.txt"; done
+  exit 0
+fi
+
 export OUT TESTS BENCHES COMMIT BENCH_MM_ARGS=${BENCH_MM_ARGS:-} BENCH_BMM_ARGS=${BENCH_BMM_ARGS:-}
 export -f run_benches
 if [ "$GPUS" -ge 2 ]; then
