@@ -7,8 +7,9 @@ BATCH = 1. Every operand is addressed through its own strides, so transposed and
 views (a ``Linear`` weight arrives as a transposed view) are read in place. The bias is
 addressed through strides too: a broadcast bias has stride 0 on its broadcast dims.
 
-This is the general path: any strides, any alignment, batches. Aligned single matrices
-go to the persistent TMA kernel in ``matmul_tma.py`` instead (the launcher decides); the
+This is the general path: any strides, any alignment, any batch layout. Aligned matrices,
+and batches of them stacked at a uniform stride, go to the persistent TMA kernel in
+``matmul_tma.py`` instead (the launcher decides); the
 configs of both kernels are chosen in ``configs.py`` (heuristic) and ``tuning.py``
 (optional autotuning with a disk cache).
 

@@ -14,8 +14,10 @@ of matrix ``bid`` reads rows ``bid * M + ...``. This needs (launcher's checks): 
 strides equal to rows x leading stride; K a multiple of BLOCK_K for an operand whose outer
 dimension is K (an M-major A, an N-major B), since the overhang of the last K step would
 read the next matrix's rows; and a TMA store only when BLOCK_M divides M, for the same
-reason on the output (masked pointer stores otherwise). Split-K is for single matrices. A transposed operand gets a descriptor of its storage order
-and is transposed in shared memory (``.T``), as in Triton's persistent matmul tutorial
+reason on the output (masked pointer stores otherwise). Split-K is for single matrices.
+
+A transposed operand gets a descriptor of its storage order and is transposed in shared
+memory (``.T``), as in Triton's persistent matmul tutorial
 (python/tutorials/09-persistent-matmul.py): ``A_KMAJOR`` / ``B_KMAJOR`` say which.
 
 Structure:
