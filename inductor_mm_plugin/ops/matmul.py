@@ -67,38 +67,34 @@ def _check_same(op: str, tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
             )
 
 
-def check_mm_args(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
-    """Raise what torch.mm would reject: ranks, inner dimensions, dtypes, devices."""
-    if a.dim() != 2 or b.dim() != 2:
+def _check_shapes(op: str, a: torch.Tensor, b: torch.Tensor, rank: int, what: str) -> None:
+    """Ranks and the inner dimension (the last of a against the second-to-last of b)."""
+    if a.dim() != rank or b.dim() != rank:
         raise RuntimeError(
-            f"{op}: expected 2-D matrices, but got a with shape ({_fmt_shape(a)}) "
-            f"and b with shape ({_fmt_shape(b)})"
+            f"{op}: expected {what}, but got a with shape ({_fmt_shape(a)}) and b with shape ({_fmt_shape(b)})"
         )
-    if a.shape[1] != b.shape[0]:
-        raise RuntimeError(
-            f"{op}: a and b shapes cannot be multiplied ({_fmt_shape(a)} and {_fmt_shape(b)}): "
-            f"a.shape[1] = {a.shape[1]} must equal b.shape[0] = {b.shape[0]}"
-        )
-    _check_same(op, [("a", a), ("b", b)])
-
-
-def check_bmm_args(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
-    if a.dim() != 3 or b.dim() != 3:
-        raise RuntimeError(
-            f"{op}: expected 3-D batches of matrices, but got a with shape ({_fmt_shape(a)}) "
-            f"and b with shape ({_fmt_shape(b)})"
-        )
-    if a.shape[0] != b.shape[0]:
+    if rank == 3 and a.shape[0] != b.shape[0]:
         raise RuntimeError(
             f"{op}: expected a and b to have the same batch size, but got "
             f"a with shape ({_fmt_shape(a)}) and b with shape ({_fmt_shape(b)})"
         )
-    if a.shape[2] != b.shape[1]:
+    ka, kb = rank - 1, rank - 2
+    if a.shape[ka] != b.shape[kb]:
         raise RuntimeError(
             f"{op}: a and b shapes cannot be multiplied ({_fmt_shape(a)} and {_fmt_shape(b)}): "
-            f"a.shape[2] = {a.shape[2]} must equal b.shape[1] = {b.shape[1]}"
+            f"a.shape[{ka}] = {a.shape[ka]} must equal b.shape[{kb}] = {b.shape[kb]}"
         )
     _check_same(op, [("a", a), ("b", b)])
+
+
+def check_mm_args(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
+    """Raise what torch.mm would reject: ranks, inner dimensions, dtypes, devices."""
+    _check_shapes(op, a, b, 2, "2-D matrices")
+
+
+def check_bmm_args(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
+    """Raise what torch.bmm would reject: ranks, batch sizes, inner dimensions, dtypes, devices."""
+    _check_shapes(op, a, b, 3, "3-D batches of matrices")
 
 
 def check_addmm_args(op: str, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
