@@ -311,10 +311,10 @@ def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, 
             )  # fmt: skip
     if tma and not compete:
         return
-    configs_ = [heuristic_config(*hints, elem)]
+    pointer_configs = [heuristic_config(*hints, elem)]
     if compete:
-        configs_ += [c for c in COMPETE_CONFIGS if c not in configs_]
+        pointer_configs += [c for c in COMPETE_CONFIGS if c not in pointer_configs]
     template = plugin_template()
-    for cfg in configs_:
+    for cfg in pointer_configs:
         if fits(cfg, elem):
             template.maybe_append_choice(choices, input_nodes=nodes, layout=layout, **cfg.kwargs(), **common, **extra)
