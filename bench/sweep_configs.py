@@ -280,7 +280,7 @@ def host_overhead():
 
         def jit_path():
             # Triton's own launch path with the same config, for comparison.
-            args = plan.args(a, b, out, None, 1.0, 1.0, impl._current_stream(a.device))
+            args = plan.args(a, b, out, None, 1.0, 1.0)
             plan.kernel[plan.grid](*args, num_warps=plan.cfg.num_warps, num_stages=plan.cfg.num_stages)
 
         fns["triton jit launch"] = jit_path

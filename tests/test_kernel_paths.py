@@ -189,7 +189,7 @@ def test_split_k_counters_return_to_zero(dtype, monkeypatch):
     # it used, which this test checks by handing every launch the same buffer.
     shared = {}
     real = impl._split_k_locks
-    monkeypatch.setattr(impl, "_split_k_locks", lambda d, s, t: shared.setdefault("locks", real(d, s, t)))
+    monkeypatch.setattr(impl, "_split_k_locks", lambda d, t: shared.setdefault("locks", real(d, t)))
     impl._PLANS.clear()
     for _ in range(3):
         out = poisoned(M, N, dtype=dtype)

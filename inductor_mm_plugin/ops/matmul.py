@@ -304,14 +304,8 @@ def _ensure_allocator() -> None:
 # _scratch_alloc). The memset is captured into a graph like the kernel itself.
 
 
-def _split_k_locks(device: torch.device, stream: int, tiles: int) -> torch.Tensor:
+def _split_k_locks(device: torch.device, tiles: int) -> torch.Tensor:
     return torch.zeros(tiles, dtype=torch.int32, device=device)
-
-
-def _current_stream(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 0
-    return torch._C._cuda_getCurrentRawStream(device.index)
 
 
 # Direct launches through the compiled kernel's launcher (see _Plan.launch); switched off for
@@ -400,20 +394,20 @@ class _Plan:
             sbias = (0, 0, 0)
         return (p.M, p.N, p.K, *sa, *sb, *so, *sbias)
 
-    def args(self, a, b, out, bias, alpha, beta, stream):
+    def args(self, a, b, out, bias, alpha, beta):
         """The kernel's arguments in signature order, constexprs included (tensors as tensors)."""
         if self.mid is None:
             self.mid = self._mid(a, b, out, bias)
         bias_arg = bias if self.has_bias else out
         if self.cfg.kernel == "tma":
-            ws, locks = self._split_k_buffers(out.device, stream) if self.cfg.split_k > 1 else (out, out)
+            ws, locks = self._split_k_buffers(out.device) if self.cfg.split_k > 1 else (out, out)
             return (a, b, out, bias_arg, ws, locks, *self.mid, float(alpha), float(beta), *self.consts)
         return (a, b, out, bias_arg, *self.mid, float(alpha), float(beta), *self.consts)
 
-    def _split_k_buffers(self, device, stream):
+    def _split_k_buffers(self, device):
         cfg = self.cfg
         ws = torch.empty(self.num_tiles * cfg.split_k * cfg.block_m * cfg.block_n, dtype=torch.float32, device=device)
-        return ws, _split_k_locks(device, stream, self.num_tiles)
+        return ws, _split_k_locks(device, self.num_tiles)
 
     def launch(self, a, b, out, bias, alpha, beta):
         """Launch on tensors: the first time through Triton's JIT, then directly."""
@@ -425,7 +419,7 @@ class _Plan:
         if self.cfg.kernel == "tma" and not interpreting():
             _ensure_allocator()
         cfg = self.cfg
-        args = self.args(a, b, out, bias, alpha, beta, _current_stream(self.device))
+        args = self.args(a, b, out, bias, alpha, beta)
         compiled = self.kernel[self.grid](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
             self.compiled = compiled
@@ -446,7 +440,7 @@ class _Plan:
         if self.cfg.kernel == "tma":
             _ensure_allocator()
             if self.cfg.split_k > 1:
-                ws, locks = self._split_k_buffers(self.device, stream)
+                ws, locks = self._split_k_buffers(self.device)
                 pws, plocks = ws.data_ptr(), locks.data_ptr()
             else:
                 pws = plocks = pout
@@ -464,7 +458,7 @@ class _Plan:
     def compile(self, a, b, out, bias):
         """Compile without launching (fills Triton's disk cache)."""
         cfg = self.cfg
-        args = self.args(a, b, out, bias, 1.0, 1.0, _current_stream(self.device))
+        args = self.args(a, b, out, bias, 1.0, 1.0)
         self.kernel.warmup(*args, grid=self.grid, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
