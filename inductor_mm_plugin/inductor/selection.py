@@ -28,7 +28,7 @@ import torch.nn as nn
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..kernels.matmul import interpreter_defect, interpreting
-from ..ops.matmul import SUPPORTED_DTYPES, tma_readable
+from ..ops.matmul import SUPPORTED_DTYPES, pointer_kernel_reason
 
 aten = torch.ops.aten
 MATMULS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm"}
@@ -163,8 +163,9 @@ def ineligible_reason(node: torch.fx.Node) -> str | None:
     device = vals[0].device
     if device.type == "cpu" and not interpreting():
         return "CPU tensors need Triton's interpreter (TRITON_INTERPRET=1 before import)"
-    if interpreter_defect() is not None:
-        return interpreter_defect()
+    defect = interpreter_defect()
+    if defect is not None:
+        return defect
     if device.type not in ("cpu", "cuda"):
         return f"device {device} is not supported by the kernel"
     operands = vals[-2:]  # a and b (addmm's bias reads any strides in the epilogue)
@@ -194,13 +195,7 @@ def slower_path_reason(node: torch.fx.Node) -> str | None:
     ints = (*a.shape, *a.stride(), a.storage_offset(), *b.shape, *b.stride(), b.storage_offset())
     if any(not isinstance(x, int) for x in ints):
         return None
-    if not tma_readable(a, b):
-        return "its operands are not TMA-readable (rows not 16-byte aligned or batches not stacked): the pointer kernel"
-    k = a.shape[-1]
-    k_stacked = a.stride(-1) != 1 or b.stride(-2) != 1  # an M-major A or an N-major B
-    if a.dim() == 3 and a.shape[0] > 1 and k_stacked and k % 64:
-        return f"a batch stacked along K = {k}, not a multiple of 64: the pointer kernel"
-    return None
+    return pointer_kernel_reason(a, b)
 
 
 # ---------------------------------------------------------------------- selection

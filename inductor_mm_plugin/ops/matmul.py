@@ -228,12 +228,25 @@ def _tma_operands(a, b, ptr_a: int, ptr_b: int):
     return ta, tb
 
 
-def tma_readable(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether operands laid out like ``a`` and ``b`` can take the TMA kernel, judged from
-    shapes, strides and storage offsets alone (so it works on fake tensors too; allocations
-    themselves are assumed 16-byte aligned, as torch's allocators make them)."""
+def pointer_kernel_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """Why operands laid out like ``a`` and ``b`` would take the pointer kernel rather than
+    the TMA kernel, or None. Judged from shapes, strides and storage offsets alone, so it
+    works on fake tensors too (allocations themselves are assumed 16-byte aligned, as
+    torch's allocators make them); the same rules as ``_tma_layout`` and ``batch_fits``.
+    """
     offset = lambda t: t.storage_offset() * t.element_size()  # noqa: E731
-    return _tma_operands(a, b, offset(a), offset(b)) is not None
+    operands = _tma_operands(a, b, offset(a), offset(b))
+    if operands is None:
+        return "its operands are not TMA-readable (rows not 16-byte aligned or batches not stacked): the pointer kernel"
+    (a_kmajor, _), (b_kmajor, _) = operands
+    M, K = a.shape[-2:]
+    batch = a.shape[0] if a.dim() == 3 else 1
+    problem = Problem(M, b.shape[-1], K, batch, a.element_size(), str(a.dtype).removeprefix("torch."), tma=True,
+                      a_kmajor=a_kmajor, b_kmajor=b_kmajor)  # fmt: skip
+    # 64-deep K steps: the narrowest the heuristic falls back to before the pointer kernel.
+    if not batch_fits(problem, MatmulConfig("tma", 128, 128, 64)):
+        return f"a batch stacked along K = {K}, not a multiple of 64: the pointer kernel"
+    return None
 
 
 def _tma_layout(a, b, out):
