@@ -42,15 +42,22 @@ TMA_TEMPLATE_NAME = "inductor_mm_plugin_mm_tma"
 
 # Inductor's template language: def_kernel declares the inputs, size/stride read their
 # (possibly symbolic) sizes and strides, store_output stores the tile and appends any fused
-# epilogue. The rest is the plugin's kernel, line for line.
-SOURCE = r"""
+# epilogue. The rest is the plugin's kernel, line for line. Both templates open alike:
+_PROLOGUE = r"""
 {{def_kernel("A", "B")}}
-    # inductor_mm_plugin template: the plugin's tile algorithm (kernels/matmul.py)
+    # inductor_mm_plugin template: WHAT
     M = {{size("A", 0)}}
     N = {{size("B", 1)}}
     K = {{size("A", 1)}}
     if M * N == 0:
-        return
+        return"""
+
+
+def _prologue(what: str) -> str:
+    return _PROLOGUE.replace("WHAT", what)
+
+
+SOURCE = _prologue("the plugin's tile algorithm (kernels/matmul.py)") + r"""
     stride_am = {{stride("A", 0)}}
     stride_ak = {{stride("A", 1)}}
     stride_bk = {{stride("B", 0)}}
@@ -91,14 +98,7 @@ SOURCE = r"""
 
 # The persistent TMA kernel's loop (kernels/matmul_tma.py) with SPLIT_K = 1, no SWAP_AB and
 # pointer stores. A_KMAJOR / B_KMAJOR pick each operand's descriptor in its storage order.
-TMA_SOURCE = r"""
-{{def_kernel("A", "B")}}
-    # inductor_mm_plugin template: the plugin's persistent TMA kernel (kernels/matmul_tma.py)
-    M = {{size("A", 0)}}
-    N = {{size("B", 1)}}
-    K = {{size("A", 1)}}
-    if M * N == 0:
-        return
+TMA_SOURCE = _prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.py)") + r"""
     if A_KMAJOR:
         a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[{{stride("A", 0)}}, 1], block_shape=[BLOCK_M, BLOCK_K])
     else:
