@@ -35,6 +35,7 @@ import dataclasses
 import torch
 
 from ..kernels import configs
+from ..kernels.configs import MatmulConfig
 from . import compat
 
 TEMPLATE_NAME = "inductor_mm_plugin_mm"
@@ -151,50 +152,34 @@ TMA_SOURCE = _prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.p
 """
 
 
-@dataclasses.dataclass(frozen=True)
-class TemplateConfig:
-    block_m: int
-    block_n: int
-    block_k: int
-    group_m: int
-    num_warps: int
-    num_stages: int
-
-    def kwargs(self) -> dict:
-        return {
-            "BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "GROUP_M": self.group_m,
-            "num_warps": self.num_warps, "num_stages": self.num_stages,
-        }  # fmt: skip
-
-
 _NUM_SMS = 132  # H200; the pointer template's tile choice only
 
 # The configs offered when the site competes (Inductor benchmarks them with the epilogue).
 COMPETE_CONFIGS = [
-    TemplateConfig(128, 256, 64, 8, 8, 3),
-    TemplateConfig(256, 128, 64, 8, 8, 3),
-    TemplateConfig(128, 128, 64, 8, 8, 4),
-    TemplateConfig(128, 128, 64, 8, 4, 4),
-    TemplateConfig(64, 128, 64, 8, 4, 4),
+    MatmulConfig("ptr", 128, 256, 64, 8, 8, 3),
+    MatmulConfig("ptr", 256, 128, 64, 8, 8, 3),
+    MatmulConfig("ptr", 128, 128, 64, 8, 8, 4),
+    MatmulConfig("ptr", 128, 128, 64, 8, 4, 4),
+    MatmulConfig("ptr", 64, 128, 64, 8, 4, 4),
 ]
 
 
-def heuristic_config(m: int, n: int, k: int, elem_bytes: int) -> TemplateConfig:
-    """One config for the shape, chosen without benchmarking (the template's default)."""
+def heuristic_config(m: int, n: int, k: int, elem_bytes: int) -> MatmulConfig:
+    """The pointer template's config for the shape, chosen without benchmarking."""
     if elem_bytes == 4:
-        return TemplateConfig(128, 128, 32, 8, 8, 3)
+        return MatmulConfig("ptr", 128, 128, 32, 8, 8, 3)
     if m <= 64:
-        return TemplateConfig(max(16, 1 << (max(m, 1) - 1).bit_length()), 128, 128, 1, 4, 4)
+        return MatmulConfig("ptr", max(16, 1 << (max(m, 1) - 1).bit_length()), 128, 128, 1, 4, 4)
     tiles = lambda bm, bn: -(-m // bm) * -(-n // bn)  # noqa: E731
     if tiles(128, 256) >= _NUM_SMS:
-        return TemplateConfig(128, 256, 64, 8, 8, 3)
+        return MatmulConfig("ptr", 128, 256, 64, 8, 8, 3)
     if tiles(128, 128) >= _NUM_SMS:
-        return TemplateConfig(128, 128, 64, 8, 8, 4)
-    return TemplateConfig(64, 128, 64, 8, 4, 4)
+        return MatmulConfig("ptr", 128, 128, 64, 8, 8, 4)
+    return MatmulConfig("ptr", 64, 128, 64, 8, 4, 4)
 
 
-def fits(cfg: TemplateConfig, elem_bytes: int) -> bool:
-    return (cfg.block_m + cfg.block_n) * cfg.block_k * elem_bytes * cfg.num_stages <= configs.SMEM_LIMIT_BYTES
+# The pipelined A and B tiles must fit shared memory (the pointer kernel's rule).
+fits = configs.fits
 
 
 def input_precision(dtype: torch.dtype) -> str:
@@ -244,7 +229,7 @@ _TEMPLATE_SMEM_BUDGET = configs.SMEM_LIMIT_BYTES - 16 * 1024
 
 
 def tma_configs(m: int, n: int, k: int, dtype: torch.dtype, a_kmajor: bool, b_kmajor: bool, num_sms: int,
-                compete: bool = False) -> list[configs.MatmulConfig]:  # fmt: skip
+                compete: bool = False) -> list[MatmulConfig]:  # fmt: skip
     """The TMA template's configs: the eager TMA kernel's heuristic pick for the same problem
     (and its autotuning candidates when competing), without split-K; [] where the eager
     heuristic would not use the TMA kernel (then the pointer template is used)."""
@@ -267,12 +252,16 @@ def tma_configs(m: int, n: int, k: int, dtype: torch.dtype, a_kmajor: bool, b_km
     return out
 
 
-def _tma_kwargs(cfg: configs.MatmulConfig, a_kmajor: bool, b_kmajor: bool, num_sms: int) -> dict:
+def _kwargs(cfg: MatmulConfig) -> dict:
+    """A config as template kwargs: the tile constexprs and the launch options."""
     return {
         "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m,
-        "NUM_SMS": num_sms, "FLATTEN": cfg.flatten, "A_KMAJOR": a_kmajor, "B_KMAJOR": b_kmajor,
         "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
     }  # fmt: skip
+
+
+def _tma_kwargs(cfg: MatmulConfig, a_kmajor: bool, b_kmajor: bool, num_sms: int) -> dict:
+    return {**_kwargs(cfg), "NUM_SMS": num_sms, "FLATTEN": cfg.flatten, "A_KMAJOR": a_kmajor, "B_KMAJOR": b_kmajor}
 
 
 def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, beta=1, compete=False) -> None:
@@ -317,4 +306,4 @@ def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, 
     template = plugin_template()
     for cfg in pointer_configs:
         if fits(cfg, elem):
-            template.maybe_append_choice(choices, input_nodes=nodes, layout=layout, **cfg.kwargs(), **common, **extra)
+            template.maybe_append_choice(choices, input_nodes=nodes, layout=layout, **_kwargs(cfg), **common, **extra)
