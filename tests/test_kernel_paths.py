@@ -354,3 +354,14 @@ def test_tf32_operand_swap_paths(monkeypatch, ta, tb, cfg):
     swap, via_regs = plan.consts[7], plan.consts[8]
     assert (swap, via_regs) == (not ta and not tb, ta and tb)
     assert_matmul_close(out, a, b, bias, beta=0.5, alpha=2.0, tf32=True)
+
+
+def test_forced_tma_config_the_call_cannot_take_is_a_clear_error():
+    dt = torch.bfloat16
+    # Rows of 52 halves (104 bytes) are not 16-byte aligned: no TMA descriptor.
+    with pytest.raises(ValueError, match="needs TMA-compatible operands"):
+        impl._launch(randn(8, 52, dtype=dt), randn(52, 16, dtype=dt), poisoned(8, 16, dtype=dt), config=INTERPRETER_TMA)
+    # A batch stacked along K (an N-major B) with K = 40, not a whole number of 16-deep steps.
+    a, b = randn(3, 8, 40, dtype=dt), randn(3, 40, 16, dtype=dt)
+    with pytest.raises(ValueError, match="needs TMA-compatible operands"):
+        impl._launch(a, b, poisoned(3, 8, 16, dtype=dt), config=INTERPRETER_TMA)
