@@ -3,7 +3,7 @@
 # (nvidia-h200-x2): GPU 0 runs the tests, GPU 1 the benchmarks; one GPU runs them in turn.
 #   FULL_SUITE=1                           the whole test suite (4 processes over the GPUs), nothing else
 #   TESTS="tests/test_template.py ..."  (default: the integration, template and kernel tests)
-#   BENCHES="bmm epilogue ab mm"          (default: bmm epilogue ab)
+#   BENCHES="bmm epilogue ab mm breakdown" (default: bmm epilogue ab)
 #   TESTS2="..."                           (optional second pytest run, after the first)
 #   BENCH_BMM_ARGS, BENCH_MM_ARGS          (extra arguments of bench_bmm.py / bench_mm.py)
 #   TEST_TIMEOUT, BENCH_TIMEOUT            (seconds; default 520 each)
@@ -43,6 +43,8 @@ run_benches() {
         epilogue) timeout 330 python3 bench/bench_epilogue.py --quick --out "$scratch" ;;
         ab) timeout 240 python3 -m inductor_mm_plugin compare examples/transformer_block.py:make --select all \
               --markdown "$scratch/ab-transformer-block.md" --json "$scratch/ab-transformer-block.json" ;;
+        breakdown) timeout 300 python3 bench/epilogue_breakdown.py --code "$scratch/code"
+              tar czf "$OUT/breakdown-code.tgz" -C "$scratch" code ;;
         mm) timeout 400 python3 bench/bench_mm.py --out "$scratch" --commit "$COMMIT" ${BENCH_MM_ARGS:-} ;;
       esac
       cp "$scratch"/*.json "$scratch"/*.md "$OUT"/ 2>/dev/null  # after each: a timeout keeps the rest
