@@ -3,6 +3,9 @@
     python bench/epilogue_breakdown.py                 # Linear+GELU 8192 x 4096 -> 14336, and two smaller
     python bench/epilogue_breakdown.py --code DIR      # also write the plugin's generated kernels
 
+Run it with ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``: the forced variants patch the template,
+which Inductor's graph caches do not see (they would return the first variant's code).
+
 A diagnostic for the fused-epilogue suite (bench_epilogue.py), not one of its targets. Arms,
 each timed under CUDA graphs (``do_bench_cudagraph`` median) on the same inputs:
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import pathlib
 import sys
 
@@ -37,12 +41,19 @@ BLOCKS = {  # name: (M, d, f, activation)
     "gelu-8192x1024x4096": (8192, 1024, 4096, F.gelu),
     "none-8192x1024x1024": (8192, 1024, 1024, None),
 }
-CONFIGS = {
-    "128x256x64w8s3": MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True),
-    "128x256x64w8s3-noflat": MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=False),
-    "128x128x64w8s4": MatmulConfig("tma", 128, 128, 64, 8, 8, 4, flatten=True),
-    "128x128x64w4s4": MatmulConfig("tma", 128, 128, 64, 8, 4, 4, flatten=True),
-    "256x128x64w8s3": MatmulConfig("tma", 256, 128, 64, 8, 8, 3, flatten=True),
+# Forced template configs: (config, programs per SM, TMA store). Two programs per SM overlap
+# one program's epilogue with the other's main loop (a software ping-pong without warp
+# specialization), if both fit an SM's shared memory and registers.
+VARIANTS = {
+    "128x256x64w8s3": (MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True), 1, False),
+    "128x256x64w8s3-tmastore": (MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True), 1, True),
+    "128x128x64w4s4": (MatmulConfig("tma", 128, 128, 64, 8, 4, 4, flatten=True), 1, False),
+    "128x128x64w4s2-x2": (MatmulConfig("tma", 128, 128, 64, 8, 4, 2, flatten=True), 2, False),
+    "128x128x64w4s3-x2": (MatmulConfig("tma", 128, 128, 64, 8, 4, 3, flatten=True), 2, False),
+    "128x128x64w8s2-x2": (MatmulConfig("tma", 128, 128, 64, 8, 8, 2, flatten=True), 2, False),
+    "128x128x64w4s2-x2-tmastore": (MatmulConfig("tma", 128, 128, 64, 8, 4, 2, flatten=True), 2, True),
+    "128x128x64w4s2-x2-noflat": (MatmulConfig("tma", 128, 128, 64, 8, 4, 2, flatten=False), 2, False),
+    "64x256x64w4s2-x2": (MatmulConfig("tma", 64, 256, 64, 8, 4, 2, flatten=True), 2, False),
 }
 
 
@@ -66,24 +77,32 @@ class _TmaStore:
 
 
 @contextlib.contextmanager
-def tma_store():
-    saved = template.plugin_tma_template
-    t = template._template("inductor_mm_plugin_mm_tma_store_exp", template.compat.persistent_mm_grid, TMA_STORE_SOURCE)
-    template.plugin_tma_template = lambda: _TmaStore(t)
-    try:
-        yield
-    finally:
-        template.plugin_tma_template = saved
-
-
-@contextlib.contextmanager
-def forced_config(cfg):
-    saved = template.tma_configs
+def forced(cfg, per_sm, store):
+    """The TMA template with only ``cfg``, ``per_sm`` programs per SM, TMA store or not."""
+    saved = template.tma_configs, template._tma_kwargs, template.plugin_tma_template
     template.tma_configs = lambda *a, **k: [cfg]
+    template._tma_kwargs = lambda c, ak, bk, num_sms: saved[1](c, ak, bk, num_sms * per_sm)
+    if store:
+        t = template._template("inductor_mm_plugin_mm_tma_store_exp", template.compat.persistent_mm_grid,
+                               TMA_STORE_SOURCE)  # fmt: skip
+        template.plugin_tma_template = lambda: _TmaStore(t)
     try:
         yield
     finally:
-        template.tma_configs = saved
+        template.tma_configs, template._tma_kwargs, template.plugin_tma_template = saved
+
+
+def template_kernel_stats():
+    """Registers, spills and shared memory of the template kernels loaded so far (diagnostic)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    stats = {}
+    for mod in list(PyCodeCache.modules) + list(PyCodeCache.modules_no_attr.values()):
+        for name, obj in vars(mod).items():
+            if name.startswith("triton_tem") and getattr(obj, "launchers", None):
+                la = obj.launchers[0]
+                stats[id(obj)] = (getattr(la, "n_regs", None), getattr(la, "n_spills", None), getattr(la, "shared", None))
+    return stats
 
 
 def bench(fn):
@@ -104,11 +123,13 @@ def compiled_ms(fn, x, ref, code_to=None, **kw):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--blocks", nargs="+", default=list(BLOCKS), choices=list(BLOCKS))
-    p.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    p.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--code", default=None, help="directory for the plugin's generated code of each block")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("epilogue_breakdown.py needs a CUDA device")
+    if os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES") != "1":
+        sys.exit("run with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 (see the docstring)")
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
           f"plugin {inductor_mm_plugin.__version__}")  # fmt: skip
     plugin = dict(backend="inductor_mm_plugin")
@@ -124,37 +145,40 @@ def main(argv=None):
         block = lambda x: act(F.linear(x, w, b))  # noqa: E731
         refs = {fn: fn(x) for fn in (mm, linear, block)}
         flops = 2 * m * d * f
-        rows = [
+        print(f"== {name}: M={m} K={d} N={f}", flush=True)
+
+        def report(label, ms, stats=""):
+            regs = f"  (regs, spills, smem) {stats}" if stats else ""
+            print(f"  {label:44s} {ms * 1e3:9.1f} us  {flops / ms / 1e9:7.1f} TFLOP/s{regs}", flush=True)
+
+        for label, ms in [
             ("eager cuBLAS mm", bench(lambda: mm(x))),
             ("eager cuBLAS linear", bench(lambda: linear(x))),
             ("eager cuBLAS linear+act", bench(lambda: block(x))),
             ("plugin eager mm op", bench(lambda: torch.ops.inductor_mm_plugin.mm(x, w.T))),
             ("plugin eager addmm op", bench(lambda: torch.ops.inductor_mm_plugin.addmm(b, x, w.T))),
             ("stock compile block", compiled_ms(block, x, refs[block])),
-        ]
+        ]:
+            report(label, ms)
+        stats = template_kernel_stats()
         code = pathlib.Path(args.code) if args.code else None
         if code:
             code.mkdir(parents=True, exist_ok=True)
         for label, fn in (("mm", mm), ("linear", linear), ("block", block)):
             to = code / f"{name}-{label}.py" if code and label == "block" else None
-            rows.append((f"plugin compile {label} (own config)", compiled_ms(fn, x, refs[fn], to, **plugin)))
-        with tma_store():
-            for label, fn in (("mm", mm), ("block", block)):
-                to = code / f"{name}-{label}-tma-store.py" if code and label == "block" else None
-                try:
-                    rows.append((f"plugin compile {label} TMA store", compiled_ms(fn, x, refs[fn], to, **plugin)))
-                except Exception as e:
-                    print(f"  {name} {label} TMA store: {type(e).__name__}: {str(e)[:300]}")
-        for cname in args.configs:
-            with forced_config(CONFIGS[cname]):
+            report(f"plugin compile {label} (own config)", compiled_ms(fn, x, refs[fn], to, **plugin))
+        for vname in args.variants:
+            with forced(*VARIANTS[vname]):
                 for label, fn in (("mm", mm), ("block", block)):
                     try:
-                        rows.append((f"plugin compile {label} {cname}", compiled_ms(fn, x, refs[fn], **plugin)))
-                    except Exception as e:  # a config that does not compile: report, go on
-                        print(f"  {name} {label} {cname}: {type(e).__name__}: {str(e)[:200]}")
-        print(f"== {name}: M={m} K={d} N={f}")
-        for label, ms in rows:
-            print(f"  {label:42s} {ms * 1e3:9.1f} us  {flops / ms / 1e9:7.1f} TFLOP/s")
+                        to = code / f"{name}-{label}-{vname}.py" if code and label == "block" and "tmastore" in vname else None
+                        ms = compiled_ms(fn, x, refs[fn], to, **plugin)
+                        seen = set(stats)
+                        stats.update(template_kernel_stats())
+                        new = [v for k, v in stats.items() if k not in seen]
+                        report(f"plugin compile {label} {vname}", ms, new[-1] if new else "")
+                    except Exception as e:  # a variant that does not compile: report, go on
+                        print(f"  {name} {label} {vname}: {type(e).__name__}: {str(e)[:300]}")
 
 
 if __name__ == "__main__":

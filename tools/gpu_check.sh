@@ -5,7 +5,7 @@
 #   TESTS="tests/test_template.py ..."  (default: the integration, template and kernel tests)
 #   BENCHES="bmm epilogue ab mm breakdown" (default: bmm epilogue ab)
 #   TESTS2="..."                           (optional second pytest run, after the first)
-#   BENCH_BMM_ARGS, BENCH_MM_ARGS          (extra arguments of bench_bmm.py / bench_mm.py)
+#   BENCH_BMM_ARGS, BENCH_MM_ARGS, BREAKDOWN_ARGS  (extra arguments of bench_bmm.py / bench_mm.py / epilogue_breakdown.py)
 #   TEST_TIMEOUT, BENCH_TIMEOUT            (seconds; default 520 each)
 # Snapshot first (from the repo root): rm -rf .clean && mkdir .clean && git archive HEAD | tar -x -C .clean
 #   && git rev-parse --short HEAD > .clean/.commit; then run `cd .clean && bash tools/gpu_check.sh`
@@ -43,7 +43,8 @@ run_benches() {
         epilogue) timeout 330 python3 bench/bench_epilogue.py --quick --out "$scratch" ;;
         ab) timeout 240 python3 -m inductor_mm_plugin compare examples/transformer_block.py:make --select all \
               --markdown "$scratch/ab-transformer-block.md" --json "$scratch/ab-transformer-block.json" ;;
-        breakdown) timeout 300 python3 bench/epilogue_breakdown.py --code "$scratch/code"
+        breakdown) TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 timeout 420 python3 bench/epilogue_breakdown.py \
+              --code "$scratch/code" ${BREAKDOWN_ARGS:-}
               tar czf "$OUT/breakdown-code.tgz" -C "$scratch" code ;;
         mm) timeout 400 python3 bench/bench_mm.py --out "$scratch" --commit "$COMMIT" ${BENCH_MM_ARGS:-} ;;
       esac
@@ -70,7 +71,7 @@ if [ "${FULL_SUITE:-0}" = 1 ]; then
   exit 0
 fi
 
-export OUT TESTS BENCHES COMMIT BENCH_MM_ARGS=${BENCH_MM_ARGS:-} BENCH_BMM_ARGS=${BENCH_BMM_ARGS:-}
+export OUT TESTS BENCHES COMMIT BENCH_MM_ARGS=${BENCH_MM_ARGS:-} BENCH_BMM_ARGS=${BENCH_BMM_ARGS:-} BREAKDOWN_ARGS=${BREAKDOWN_ARGS:-}
 export -f run_benches
 if [ "$GPUS" -ge 2 ]; then
   (CUDA_VISIBLE_DEVICES=0 run_tests) &
