@@ -54,6 +54,7 @@ VARIANTS = {
     "128x128x64w4s2-x2-tmastore": (MatmulConfig("tma", 128, 128, 64, 8, 4, 2, flatten=True), 2, True),
     "128x128x64w4s2-x2-noflat": (MatmulConfig("tma", 128, 128, 64, 8, 4, 2, flatten=False), 2, False),
     "64x256x64w4s2-x2": (MatmulConfig("tma", 64, 256, 64, 8, 4, 2, flatten=True), 2, False),
+    "256x128x64w8s3": (MatmulConfig("tma", 256, 128, 64, 8, 8, 3, flatten=True), 1, False),
 }
 
 
@@ -92,17 +93,28 @@ def forced(cfg, per_sm, store):
         template.tma_configs, template._tma_kwargs, template.plugin_tma_template = saved
 
 
-def template_kernel_stats():
-    """Registers, spills and shared memory of the template kernels loaded so far (diagnostic)."""
-    from torch._inductor.codecache import PyCodeCache
+_loaded = []  # (name, registers, spills, shared bytes) of each Triton kernel loaded
 
-    stats = {}
-    for mod in list(PyCodeCache.modules) + list(PyCodeCache.modules_no_attr.values()):
-        for name, obj in vars(mod).items():
-            if name.startswith("triton_tem") and getattr(obj, "launchers", None):
-                la = obj.launchers[0]
-                stats[id(obj)] = (getattr(la, "n_regs", None), getattr(la, "n_spills", None), getattr(la, "shared", None))
-    return stats
+
+def _record_loaded_kernels():
+    """Record registers, spills and shared memory of every kernel Triton loads (needs
+    TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER=0: Inductor's static launcher loads cubins itself)."""
+    from triton.compiler.compiler import CompiledKernel
+
+    init = CompiledKernel._init_handles
+
+    def recording(self):
+        fresh = self.module is None
+        init(self)
+        if fresh:
+            _loaded.append((self.name, self.n_regs, self.n_spills, self.metadata.shared))
+
+    CompiledKernel._init_handles = recording
+
+
+def template_stats(since):
+    tem = [k for k in _loaded[since:] if k[0].startswith("triton_tem")]
+    return f"regs {tem[-1][1]} spills {tem[-1][2]} smem {tem[-1][3] // 1024} KiB" if tem else ""
 
 
 def bench(fn):
@@ -130,9 +142,11 @@ def main(argv=None):
         sys.exit("epilogue_breakdown.py needs a CUDA device")
     if os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES") != "1":
         sys.exit("run with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 (see the docstring)")
+    os.environ.setdefault("TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER", "0")  # read at the first compile
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
           f"plugin {inductor_mm_plugin.__version__}")  # fmt: skip
-    plugin = dict(backend="inductor_mm_plugin")
+    plugin = {"backend": "inductor_mm_plugin"}
+    _record_loaded_kernels()
     for name in args.blocks:
         m, d, f, act = BLOCKS[name]
         torch.manual_seed(0)
@@ -143,12 +157,11 @@ def main(argv=None):
         mm = lambda x: x @ w.T  # noqa: E731
         linear = lambda x: F.linear(x, w, b)  # noqa: E731
         block = lambda x: act(F.linear(x, w, b))  # noqa: E731
-        refs = {fn: fn(x) for fn in (mm, linear, block)}
         flops = 2 * m * d * f
         print(f"== {name}: M={m} K={d} N={f}", flush=True)
 
         def report(label, ms, stats=""):
-            regs = f"  (regs, spills, smem) {stats}" if stats else ""
+            regs = f"  [{stats}]" if stats else ""
             print(f"  {label:44s} {ms * 1e3:9.1f} us  {flops / ms / 1e9:7.1f} TFLOP/s{regs}", flush=True)
 
         for label, ms in [
@@ -157,28 +170,30 @@ def main(argv=None):
             ("eager cuBLAS linear+act", bench(lambda: block(x))),
             ("plugin eager mm op", bench(lambda: torch.ops.inductor_mm_plugin.mm(x, w.T))),
             ("plugin eager addmm op", bench(lambda: torch.ops.inductor_mm_plugin.addmm(b, x, w.T))),
-            ("stock compile block", compiled_ms(block, x, refs[block])),
+            ("stock compile block", compiled_ms(block, x, block(x))),
         ]:
             report(label, ms)
-        stats = template_kernel_stats()
         code = pathlib.Path(args.code) if args.code else None
         if code:
             code.mkdir(parents=True, exist_ok=True)
-        for label, fn in (("mm", mm), ("linear", linear), ("block", block)):
-            to = code / f"{name}-{label}.py" if code and label == "block" else None
-            report(f"plugin compile {label} (own config)", compiled_ms(fn, x, refs[fn], to, **plugin))
+        # Each with a pointwise user, so the routed matmul takes the template (a lone matmul
+        # takes the extern kernel): the template's store, + the bias, + the activation, both.
+        arms = {
+            "(x @ w.T) * 2": lambda x: (x @ w.T) * 2,
+            "linear(x) * 2": lambda x: F.linear(x, w, b) * 2,
+            "act(x @ w.T)": lambda x: act(x @ w.T),
+            "act(linear(x))": block,
+        }
         for vname in args.variants:
             with forced(*VARIANTS[vname]):
-                for label, fn in (("mm", mm), ("block", block)):
+                for label, fn in arms.items():
+                    since = len(_loaded)
+                    to = code / f"{name}-{vname}.py" if code and fn is block else None
                     try:
-                        to = code / f"{name}-{label}-{vname}.py" if code and label == "block" and "tmastore" in vname else None
-                        ms = compiled_ms(fn, x, refs[fn], to, **plugin)
-                        seen = set(stats)
-                        stats.update(template_kernel_stats())
-                        new = [v for k, v in stats.items() if k not in seen]
-                        report(f"plugin compile {label} {vname}", ms, new[-1] if new else "")
+                        ms = compiled_ms(fn, x, fn(x), to, **plugin)
+                        report(f"template {vname} {label}", ms, template_stats(since))
                     except Exception as e:  # a variant that does not compile: report, go on
-                        print(f"  {name} {label} {vname}: {type(e).__name__}: {str(e)[:300]}")
+                        print(f"  {name} {label} {vname}: {type(e).__name__}: {str(e)[-600:]}")
 
 
 if __name__ == "__main__":
