@@ -46,15 +46,14 @@ BLOCKS = {  # name: (M, d, f, activation)
 # specialization), if both fit an SM's shared memory and registers.
 VARIANTS = {
     "128x256x64w8s3": (MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True), 1, False),
-    "128x256x64w8s3-tmastore": (MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True), 1, True),
-    "128x128x64w4s4": (MatmulConfig("tma", 128, 128, 64, 8, 4, 4, flatten=True), 1, False),
-    "128x128x64w4s2-x2": (MatmulConfig("tma", 128, 128, 64, 8, 4, 2, flatten=True), 2, False),
-    "128x128x64w4s3-x2": (MatmulConfig("tma", 128, 128, 64, 8, 4, 3, flatten=True), 2, False),
-    "128x128x64w8s2-x2": (MatmulConfig("tma", 128, 128, 64, 8, 8, 2, flatten=True), 2, False),
-    "128x128x64w4s2-x2-tmastore": (MatmulConfig("tma", 128, 128, 64, 8, 4, 2, flatten=True), 2, True),
-    "128x128x64w4s2-x2-noflat": (MatmulConfig("tma", 128, 128, 64, 8, 4, 2, flatten=False), 2, False),
-    "64x256x64w4s2-x2": (MatmulConfig("tma", 64, 256, 64, 8, 4, 2, flatten=True), 2, False),
+    "128x256x64w8s3-sub": (MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True), 1, False),
     "256x128x64w8s3": (MatmulConfig("tma", 256, 128, 64, 8, 8, 3, flatten=True), 1, False),
+    "256x128x64w8s3-sub": (MatmulConfig("tma", 256, 128, 64, 8, 8, 3, epilogue_subtile=True, flatten=True), 1, False),
+    "128x128x64w8s4": (MatmulConfig("tma", 128, 128, 64, 8, 8, 4, flatten=True), 1, False),
+    "128x128x64w8s4-sub": (MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True), 1, False),
+    "128x128x64w4s4": (MatmulConfig("tma", 128, 128, 64, 8, 4, 4, flatten=True), 1, False),
+    "128x128x64w4s3-x2": (MatmulConfig("tma", 128, 128, 64, 8, 4, 3, flatten=True), 2, False),
+    "128x256x64w8s3-tmastore": (MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True), 1, True),
 }
 
 

@@ -74,6 +74,8 @@ def test_tma_template_mirrors_the_tma_kernel():
         "work_c += NUM_SMS",
         "block_shape=[BLOCK_M, BLOCK_K])",
         "block_shape=[BLOCK_K, BLOCK_N])",
+        "acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))",  # EPILOGUE_SUBTILE
+        "acc0, acc1 = tl.split(acc3)",
     ]
     for line in lines:
         assert line in kernel, f"TMA kernel lost: {line}"
@@ -94,7 +96,8 @@ def test_tma_template_takes_the_eager_heuristic_without_split_k(m, n, k, a_kmajo
                                                      b_kmajor=b_kmajor, c_tma=False))  # fmt: skip
     assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps) == (eager.block_m, eager.block_n, eager.block_k,
                                                                       eager.num_warps)  # fmt: skip
-    assert cfg.split_k == 1 and not cfg.epilogue_subtile and configs.fits(cfg, 2)
+    assert cfg.split_k == 1 and configs.fits(cfg, 2)
+    assert cfg.epilogue_subtile == (cfg.block_m * cfg.block_n >= 128 * 256)
     assert configs.smem_bytes(cfg, 2) <= template._TEMPLATE_SMEM_BUDGET
     competing = template.tma_configs(m, n, k, torch.bfloat16, a_kmajor, b_kmajor, 132, compete=True)
     assert competing[0] == cfg and len(competing) > 1

@@ -146,9 +146,21 @@ TMA_SOURCE = _prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.p
         pid_m = first_m + ((work_c % tiles_per_group) % group_size_m)
         pid_n = (work_c % tiles_per_group) // group_size_m
         idx_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
+        {%- if EPILOGUE_SUBTILE %}
+        # Two BLOCK_N / 2 halves, each through the fused epilogue on its own: an activation
+        # over a whole 128 x 256 tile runs out of registers and spills.
+        acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        acc0, acc1 = tl.split(acc3)
+        for half in tl.static_range(2):
+            sub = (acc0, acc1)[half]
+            idx_n = (pid_n * BLOCK_N + half * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2))[None, :]
+            mask = (idx_m < M) & (idx_n < N)
+            {{store_output(("idx_m", "idx_n"), "sub", "mask", indent_width=12, val_shape=("BLOCK_M", "BLOCK_N // 2"))}}
+        {%- else %}
         idx_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
         mask = (idx_m < M) & (idx_n < N)
         {{store_output(("idx_m", "idx_n"), "acc", "mask", indent_width=8, val_shape=("BLOCK_M", "BLOCK_N"))}}
+        {%- endif %}
 """
 
 
@@ -228,6 +240,12 @@ def _static(node) -> bool:
 _TEMPLATE_SMEM_BUDGET = configs.SMEM_LIMIT_BYTES - 16 * 1024
 
 
+# Tiles from this many elements run the fused epilogue in two halves (EPILOGUE_SUBTILE):
+# on the H200 a GELU epilogue over a whole 128 x 256 tile (8 warps) needs 255 registers
+# and spills (bench/epilogue_breakdown.py).
+_SUBTILE_FROM = 128 * 256
+
+
 def tma_configs(m: int, n: int, k: int, dtype: torch.dtype, a_kmajor: bool, b_kmajor: bool, num_sms: int,
                 compete: bool = False) -> list[MatmulConfig]:  # fmt: skip
     """The TMA template's configs: the eager TMA kernel's heuristic pick for the same problem
@@ -241,10 +259,11 @@ def tma_configs(m: int, n: int, k: int, dtype: torch.dtype, a_kmajor: bool, b_km
     chosen = configs.candidate_configs(problem) if compete else [first]
     out = []
     for cfg in chosen:
-        # No split-K (the template has no partial-sum workspace) and no subtiled TMA store
-        # (the epilogue stores through pointers). The store's layout conversion needs about
-        # a BLOCK_M x BLOCK_N output tile of shared memory, which smem_bytes counts.
-        cfg = dataclasses.replace(cfg, split_k=1, epilogue_subtile=False, flatten=cfg.flatten or cfg.split_k > 1)
+        # No split-K (the template has no partial-sum workspace). The store's layout
+        # conversion needs about a BLOCK_M x BLOCK_N output tile of shared memory, which
+        # smem_bytes counts (half of that with the subtiled epilogue).
+        subtile = cfg.block_m * cfg.block_n >= _SUBTILE_FROM
+        cfg = dataclasses.replace(cfg, split_k=1, epilogue_subtile=subtile, flatten=cfg.flatten or cfg.split_k > 1)
         while configs.smem_bytes(cfg, dtype.itemsize) > _TEMPLATE_SMEM_BUDGET and cfg.num_stages > 2:
             cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
         if cfg.kernel == "tma" and configs.smem_bytes(cfg, dtype.itemsize) <= _TEMPLATE_SMEM_BUDGET and cfg not in out:
@@ -261,7 +280,8 @@ def _kwargs(cfg: MatmulConfig) -> dict:
 
 
 def _tma_kwargs(cfg: MatmulConfig, a_kmajor: bool, b_kmajor: bool, num_sms: int) -> dict:
-    return {**_kwargs(cfg), "NUM_SMS": num_sms, "FLATTEN": cfg.flatten, "A_KMAJOR": a_kmajor, "B_KMAJOR": b_kmajor}
+    return {**_kwargs(cfg), "NUM_SMS": num_sms, "FLATTEN": cfg.flatten, "A_KMAJOR": a_kmajor, "B_KMAJOR": b_kmajor,
+            "EPILOGUE_SUBTILE": cfg.epilogue_subtile}  # fmt: skip
 
 
 def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, beta=1, compete=False) -> None:
