@@ -81,7 +81,7 @@ def forced(cfg, per_sm, store):
     """The TMA template with only ``cfg``, ``per_sm`` programs per SM, TMA store or not."""
     saved = template.tma_configs, template._tma_kwargs, template.plugin_tma_template
     template.tma_configs = lambda *a, **k: [cfg]
-    template._tma_kwargs = lambda c, ak, bk, num_sms: saved[1](c, ak, bk, num_sms * per_sm)
+    template._tma_kwargs = lambda c, ak, bk, num_sms, *rest: saved[1](c, ak, bk, num_sms * per_sm, *rest)
     if store:
         t = template._template("inductor_mm_plugin_mm_tma_store_exp", template.compat.persistent_mm_grid,
                                TMA_STORE_SOURCE)  # fmt: skip

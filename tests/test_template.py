@@ -17,7 +17,7 @@ from inductor_mm_plugin.inductor import template
 from inductor_mm_plugin.inductor.routing import record_sites
 from inductor_mm_plugin.kernels import configs
 from inductor_mm_plugin.kernels.matmul import _matmul_kernel
-from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _tile_coords
+from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile, _tile_coords
 
 def compile_code(fn, *args, **compile_kwargs):
     torch._dynamo.reset()
@@ -56,7 +56,7 @@ def _source(fn):
 
 def test_tma_template_mirrors_the_tma_kernel():
     """The TMA template's loop is the persistent TMA kernel's (split-K and SWAP_AB aside)."""
-    kernel = _source(_matmul_kernel_tma) + _source(_tile_coords)
+    kernel = _source(_matmul_kernel_tma) + _source(_tile_coords) + _source(_store_tile)
     for batch_offset in ("bid * M + ", "bid * N + ", "bid * K + "):  # the template has no batch
         kernel = kernel.replace(batch_offset, "")
     lines = [
@@ -76,6 +76,8 @@ def test_tma_template_mirrors_the_tma_kernel():
         "block_shape=[BLOCK_K, BLOCK_N])",
         "acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))",  # EPILOGUE_SUBTILE
         "acc0, acc1 = tl.split(acc3)",
+        "mask=offs_n < N, other=0.0)[None, :]",  # HAS_BIAS: the bias as a vector
+        "bias.to(tl.float32)",
     ]
     for line in lines:
         assert line in kernel, f"TMA kernel lost: {line}"
@@ -178,21 +180,30 @@ def test_gpu_epilogue_fuses_into_the_template(name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "m,n,k,a_t", [(512, 384, 256, False), (512, 384, 256, True), (1000, 520, 333, False), (4096, 4096, 4096, False),
-                  (64, 4096, 4096, False), (300, 4096, 1024, False)])  # fmt: skip
-def test_gpu_template_and_eager_kernel_agree_bitwise(m, n, k, a_t):
+    "m,n,k,a_t,with_bias", [(512, 384, 256, False, False), (512, 384, 256, True, False), (1000, 520, 333, False, False),
+                            (4096, 4096, 4096, False, False), (64, 4096, 4096, False, False),
+                            (300, 4096, 1024, False, False), (512, 384, 256, False, True),
+                            (1000, 520, 336, True, True), (8192, 4096, 1024, False, True),
+                            (1000, 520, 333, False, True)])  # fmt: skip
+def test_gpu_template_and_eager_kernel_agree_bitwise(m, n, k, a_t, with_bias):
     """Each template computes what its eager kernel computes on the same config, bit for bit:
-    the TMA template where the operands are 16-byte aligned, the pointer template otherwise."""
+    the TMA template where the operands are 16-byte aligned (an nn.Linear bias added in the
+    kernel), the pointer template otherwise (the bias through Inductor's epilogue)."""
     from inductor_mm_plugin.ops.matmul import _launch
 
     a = torch.randn(k, m, device=DEVICE, dtype=torch.bfloat16).t() if a_t else torch.randn(m, k, device=DEVICE,
                                                                                              dtype=torch.bfloat16)
     b = torch.randn(n, k, device=DEVICE, dtype=torch.bfloat16).t()
-    out, codes, _ = compile_code(lambda a, b: torch.relu(a @ b), a, b)
+    bias = torch.randn(n, device=DEVICE, dtype=torch.bfloat16) if with_bias else None
+    if with_bias:
+        out, codes, _ = compile_code(lambda a, b, bias: torch.relu(torch.addmm(bias, a, b)), a, b, bias)
+    else:
+        out, codes, _ = compile_code(lambda a, b: torch.relu(a @ b), a, b)
     kernels = [src for src in kernels_of(codes).values() if MARKER in src]
     assert len(kernels) == 1, kernels
     aligned = k * 2 % 16 == 0 and (not a_t or m * 2 % 16 == 0)  # TMA: 16-byte aligned row strides
     assert ("make_tensor_descriptor" in kernels[0]) == aligned
+    assert ("tl.load(BIAS + offs_n" in kernels[0]) == (with_bias and aligned)
     sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
     if aligned:
         (cfg,) = template.tma_configs(m, n, k, torch.bfloat16, not a_t, True, sms)
@@ -200,7 +211,7 @@ def test_gpu_template_and_eager_kernel_agree_bitwise(m, n, k, a_t):
         c = template.heuristic_config(m, n, k, 2)
         cfg = configs.MatmulConfig("ptr", c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages)
     eager = torch.full((m, n), float("nan"), device=DEVICE, dtype=torch.bfloat16)
-    _launch(a, b, eager, config=cfg)
+    _launch(a, b, eager, None if bias is None else bias.expand(m, n), config=cfg)
     assert torch.equal(out, torch.relu(eager)), (out - torch.relu(eager)).abs().max()
 
 

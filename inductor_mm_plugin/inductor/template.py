@@ -21,8 +21,11 @@ Two templates, each the algorithm of one eager kernel:
 ``tests/test_template.py`` checks each template against its kernel line by line (CPU) and
 bit for bit on the same configs (GPU), which is what keeps them from drifting apart.
 Differences from the eager kernels: no batch dimension (bmm stays on the extern kernel),
-no split-K, and alpha/beta/bias go through Inductor's epilogue instead of kernel flags; the
-output is stored through pointers (the fused epilogue computes on the stored indices).
+no split-K; alpha, beta and any bias go through Inductor's epilogue, except that the TMA
+template adds an ``nn.Linear`` bias itself (``HAS_BIAS``, as the eager kernel's vector
+load: Inductor's epilogue would gather a whole tile of it). The output is stored through
+pointers (the fused epilogue computes on the stored indices); tiles of 128 x 256 and up run
+the epilogue in two halves (``EPILOGUE_SUBTILE``; a GELU over the whole tile spills).
 
 CUDA only: on the CPU (Triton's interpreter) and wherever the template cannot be built,
 the lowering uses the extern kernel.
@@ -45,7 +48,7 @@ TMA_TEMPLATE_NAME = "inductor_mm_plugin_mm_tma"
 # (possibly symbolic) sizes and strides, store_output stores the tile and appends any fused
 # epilogue. The rest is the plugin's kernel, line for line. Both templates open alike:
 _PROLOGUE = r"""
-{{def_kernel("A", "B")}}
+{{DEF_KERNEL}}
     # inductor_mm_plugin template: WHAT
     M = {{size("A", 0)}}
     N = {{size("B", 1)}}
@@ -54,8 +57,8 @@ _PROLOGUE = r"""
         return"""
 
 
-def _prologue(what: str) -> str:
-    return _PROLOGUE.replace("WHAT", what)
+def _prologue(what: str, def_kernel: str = 'def_kernel("A", "B")') -> str:
+    return _PROLOGUE.replace("WHAT", what).replace("DEF_KERNEL", def_kernel)
 
 
 SOURCE = _prologue("the plugin's tile algorithm (kernels/matmul.py)") + r"""
@@ -99,7 +102,11 @@ SOURCE = _prologue("the plugin's tile algorithm (kernels/matmul.py)") + r"""
 
 # The persistent TMA kernel's loop (kernels/matmul_tma.py) with SPLIT_K = 1, no SWAP_AB and
 # pointer stores. A_KMAJOR / B_KMAJOR pick each operand's descriptor in its storage order.
-TMA_SOURCE = _prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.py)") + r"""
+# HAS_BIAS: the bias is a kernel input, added as the eager kernel adds a bias broadcast
+# along M (its BIAS_MODE "n"): one vector per tile. Through Inductor's addmm epilogue it
+# would be gathered as a whole BLOCK_M x BLOCK_N tile of loads.
+TMA_SOURCE = _prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.py)",
+                       'def_kernel("BIAS", "A", "B") if HAS_BIAS else def_kernel("A", "B")') + r"""
     if A_KMAJOR:
         a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[{{stride("A", 0)}}, 1], block_shape=[BLOCK_M, BLOCK_K])
     else:
@@ -145,6 +152,11 @@ TMA_SOURCE = _prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.p
         group_size_m = min(num_pid_m - first_m, GROUP_M)
         pid_m = first_m + ((work_c % tiles_per_group) % group_size_m)
         pid_n = (work_c % tiles_per_group) // group_size_m
+        {%- if HAS_BIAS %}
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        bias = tl.load(BIAS + offs_n * {{stride("BIAS", 1)}}, mask=offs_n < N, other=0.0)[None, :]
+        acc = acc + bias.to(tl.float32)
+        {%- endif %}
         idx_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
         {%- if EPILOGUE_SUBTILE %}
         # Two BLOCK_N / 2 halves, each through the fused epilogue on its own: an activation
@@ -279,9 +291,9 @@ def _kwargs(cfg: MatmulConfig) -> dict:
     }  # fmt: skip
 
 
-def _tma_kwargs(cfg: MatmulConfig, a_kmajor: bool, b_kmajor: bool, num_sms: int) -> dict:
+def _tma_kwargs(cfg: MatmulConfig, a_kmajor: bool, b_kmajor: bool, num_sms: int, has_bias: bool = False) -> dict:
     return {**_kwargs(cfg), "NUM_SMS": num_sms, "FLATTEN": cfg.flatten, "A_KMAJOR": a_kmajor, "B_KMAJOR": b_kmajor,
-            "EPILOGUE_SUBTILE": cfg.epilogue_subtile}  # fmt: skip
+            "EPILOGUE_SUBTILE": cfg.epilogue_subtile, "HAS_BIAS": has_bias}  # fmt: skip
 
 
 def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, beta=1, compete=False) -> None:
@@ -309,14 +321,18 @@ def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, 
     # built for one shape's strides must not be reused for another's), 16-byte alignment.
     tma = []
     if _static(a) and _static(b) and compat.can_use_tma(a, b):
-        a_kmajor = compat.V.graph.sizevars.statically_known_equals(a.get_stride()[1], 1)
-        b_kmajor = compat.V.graph.sizevars.statically_known_equals(b.get_stride()[0], 1)
+        known = compat.V.graph.sizevars.statically_known_equals
+        a_kmajor = known(a.get_stride()[1], 1)
+        b_kmajor = known(b.get_stride()[0], 1)
         num_sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
         tma = tma_configs(*hints, dtype, a_kmajor, b_kmajor, num_sms, compete=compete)
+        # nn.Linear's bias (broadcast along M, alpha = beta = 1) goes into the kernel; the
+        # inputs keep the extern choice's order (bias, a, b), which autotuning feeds to all.
+        has_bias = bias is not None and alpha == 1 and beta == 1 and _static(bias) and known(bias.get_stride()[0], 0)
         for cfg in tma:
             plugin_tma_template().maybe_append_choice(
-                choices, input_nodes=nodes, layout=layout, **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms),
-                **common, **extra,
+                choices, input_nodes=nodes, layout=layout, **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms, has_bias),
+                **common, **({} if has_bias else extra),
             )  # fmt: skip
     if tma and not compete:
         return
