@@ -117,10 +117,16 @@ def main(argv=None):
     p.add_argument("--no-block", action="store_true", help="skip the transformer block")
     p.add_argument("--quick", action="store_true", help="M=8192 and (hidden, ffn) in {(4096, 14336), (1024, 4096)} only")
     p.add_argument("--out", default="bench/results")
+    p.add_argument("--tag", default="", help="suffix of the output file names")
+    p.add_argument("--commit", default=None, help="commit to record (the GPU machine's copy has no git history)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_epilogue.py needs a CUDA device")
 
+    meta = {
+        "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "triton": triton.__version__, "plugin": inductor_mm_plugin.__version__, "commit": args.commit,
+    }  # fmt: skip
     rows = []
     for name, m, d, f, k, make in suite(args.quick):
         torch.manual_seed(0)
@@ -132,6 +138,7 @@ def main(argv=None):
         mat = f"  max-autotune {row['max_autotune_ms']:.3f}" if "max_autotune_ms" in row else ""
         print(f"{name:16s} M={m:5d} d={d:5d} f={f:5d}  stock {row['stock_ms']:.3f} ms  plugin {row['plugin_ms']:.3f} ms"
               f"  x{row['speedup']:.3f}{mat}", flush=True)  # fmt: skip
+        write(args, meta, rows, None)  # after every row: a run cut short keeps what it measured
         del model, x
 
     block = None
@@ -142,11 +149,11 @@ def main(argv=None):
         block = bench_block("transformer block 8x2048 d4096", model, x, args.max_autotune)
         print(f"transformer block: stock {block['stock_ms']:.3f} ms  plugin {block['plugin_ms']:.3f} ms  "
               f"x{block['speedup']:.3f}", flush=True)  # fmt: skip
+    print(write(args, meta, rows, block))
 
-    meta = {
-        "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "triton": triton.__version__, "plugin": inductor_mm_plugin.__version__,
-    }  # fmt: skip
+
+def write(args, meta, rows, block) -> str:
+    """Write ``<out>/<date>-<gpu>-epilogue.{json,md}``; returns the markdown."""
     summary = {
         "geomean_vs_stock": geomean([r["speedup"] for r in rows]),
         "min_k_le_2048_vs_stock": min((r["speedup"] for r in rows if r["K"] <= 2048), default=float("nan")),
@@ -154,7 +161,8 @@ def main(argv=None):
     if args.max_autotune:
         summary["geomean_vs_max_autotune"] = geomean([r["speedup_vs_max_autotune"] for r in rows])
     md = [f"# Fused-epilogue suite — {meta['date']}", "",
-          f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, plugin {meta['plugin']}; bf16; "
+          f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, plugin {meta['plugin']} "
+          f"(commit {meta['commit']}); bf16; "
           "ms per call under CUDA graphs (do_bench_cudagraph median); speedup = stock / plugin.", "",
           "| block | M | hidden | ffn | stock ms | plugin ms | speedup | max-autotune ms | vs max-autotune |",
           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -166,13 +174,12 @@ def main(argv=None):
                f"smallest speedup with K ≤ 2048: {summary['min_k_le_2048_vs_stock']:.3f}"
                + (f"; geomean vs stock max-autotune: {summary['geomean_vs_max_autotune']:.3f}" if args.max_autotune else "")]  # fmt: skip
     text = "\n".join(md) + "\n"
-    print(text)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{meta['date']}-{meta['gpu'].replace(' ', '_')}-epilogue"
+    stem = f"{meta['date']}-{meta['gpu'].replace(' ', '_')}-epilogue" + (f"-{args.tag}" if args.tag else "")
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "block": block, "summary": summary}, indent=1))
     (out / f"{stem}.md").write_text(text)
-
+    return text
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,7 @@ from .ops import KernelFallbackWarning, addmm, bmm, mm, set_autotune, warmup  # 
 from .opt_in import opt_in, opt_out  # noqa: E402
 
 
-def inductor_options(*, select="auto", compete=False, **inductor_config):
+def inductor_options(*, select="auto", compete="auto", **inductor_config):
     """``options=`` for the stock ``torch.compile`` backend that route matmuls like the plugin
     backend does: ``torch.compile(model, options=inductor_mm_plugin.inductor_options(select="all"))``.
     """

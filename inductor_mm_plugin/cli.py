@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="A/B: the plugin against stock Inductor on the same captured graphs")
     c.add_argument("target", help="FILE.py:FACTORY or package.module:FACTORY returning (model, example_inputs)")
     c.add_argument("--select", default=None, help="auto (default), all or opted_in")
-    c.add_argument("--compete", action="store_true", help="let Inductor pick plugin or aten per site")
+    c.add_argument("--compete", action="store_true",
+                   help="let Inductor pick plugin or aten at every routed site (default: only where the plugin would take its slower pointer kernel)")
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="an Inductor config key, e.g. max_autotune=true (repeatable)")  # fmt: skip
     c.add_argument("--json", metavar="PATH", help="write the report as JSON")

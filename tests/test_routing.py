@@ -553,7 +553,7 @@ def test_compete_auto_marks_only_slower_path_sites(compete, expect):
 def test_compete_option_values():
     from inductor_mm_plugin.inductor.options import PluginOptions
 
-    assert PluginOptions().compete is False
+    assert PluginOptions().compete == "auto"  # the default: only slower-path sites compete
     assert PluginOptions(compete="auto").compete == "auto"
     with pytest.raises(TypeError, match="compete must be True, False or 'auto', got 'sometimes'"):
         PluginOptions(compete="sometimes")

@@ -50,7 +50,7 @@ def backend(gm, example_inputs, *, mode: str | None = None, options: dict[str, A
     return compat.compile_fx(gm, example_inputs, config_patches=patches)
 
 
-def inductor_options(*, select="auto", compete: bool = False, **inductor_config: Any) -> dict[str, Any]:
+def inductor_options(*, select="auto", compete: bool | str = "auto", **inductor_config: Any) -> dict[str, Any]:
     """``options=`` for the stock backend that routes matmuls like the plugin backend.
 
         torch.compile(model, options=inductor_mm_plugin.inductor_options(select="all"))

@@ -17,14 +17,14 @@ class PluginOptions:
              predicate ``select(site) -> bool`` (see ``inductor_mm_plugin.inductor.selection``).
     compete: whether a routed site lets Inductor's autotuner choose between the plugin's
              kernels (with their fused epilogue) and aten for its shape ("route only where
-             faster"): True for every routed site; "auto" only for CUDA sites that would
-             take the plugin's slower pointer kernel (``selection.slower_path_reason``);
-             False (default) never, so a routed site always runs the plugin. ("auto" is not
-             the default yet: the GPU tests that count plugin calls have not run with it.)
+             faster"): "auto" (default) only for CUDA sites that would take the plugin's
+             slower pointer kernel (``selection.slower_path_reason``), so that path is
+             never a silent slowdown; True for every routed site; False never, so a routed
+             site always runs the plugin.
     """
 
     select: SelectSpec = "auto"
-    compete: bool | str = False
+    compete: bool | str = "auto"
 
     def __post_init__(self):
         validate_select(self.select)
