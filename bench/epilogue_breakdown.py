@@ -131,11 +131,44 @@ def compiled_ms(fn, x, ref, code_to=None, **kw):
     return bench(lambda: c(x))
 
 
+def profile_swiglu(m, d, f):
+    """Per-kernel CUDA time of a compiled SwiGLU MLP, stock and plugin (torch.profiler)."""
+    torch.manual_seed(0)
+    kw = {"bias": False, "device": "cuda", "dtype": DT}
+    gate, up, down = torch.nn.Linear(d, f, **kw), torch.nn.Linear(d, f, **kw), torch.nn.Linear(f, d, **kw)
+    for lin in (gate, up, down):
+        torch.nn.init.normal_(lin.weight, std=lin.weight.shape[1] ** -0.5)
+    x = torch.randn(m, d, device="cuda", dtype=DT)
+
+    def fn(x):
+        return down(F.silu(gate(x)) * up(x))
+
+    print(f"== SwiGLU M={m} d={d} f={f}", flush=True)
+    with torch.no_grad():
+        for arm, kw in (("stock", {}), ("plugin", {"backend": "inductor_mm_plugin"})):
+            torch._dynamo.reset()
+            c = torch.compile(fn, **kw)
+            for _ in range(5):
+                c(x)
+            torch.cuda.synchronize()
+            ms = bench(lambda: c(x))
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(20):
+                    c(x)
+                torch.cuda.synchronize()
+            print(f"  {arm}: {ms * 1e3:.1f} us per call (CUDA graphs)", flush=True)
+            for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
+                if e.device_time_total > 0:
+                    print(f"    {e.device_time_total / 20:8.1f} us  x{e.count // 20:<2d} {e.key[:110]}", flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--blocks", nargs="+", default=list(BLOCKS), choices=list(BLOCKS))
     p.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--code", default=None, help="directory for the plugin's generated code of each block")
+    p.add_argument("--swiglu", nargs=3, type=int, metavar=("M", "D", "F"), action="append", default=[],
+                   help="profile a compiled SwiGLU MLP kernel by kernel, stock and plugin (repeatable)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("epilogue_breakdown.py needs a CUDA device")
@@ -146,6 +179,8 @@ def main(argv=None):
           f"plugin {inductor_mm_plugin.__version__}")  # fmt: skip
     plugin = {"backend": "inductor_mm_plugin"}
     _record_loaded_kernels()
+    for m, d, f in args.swiglu:
+        profile_swiglu(m, d, f)
     for name in args.blocks:
         m, d, f, act = BLOCKS[name]
         torch.manual_seed(0)
