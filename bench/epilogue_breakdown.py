@@ -164,7 +164,7 @@ def profile_swiglu(m, d, f):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--blocks", nargs="+", default=list(BLOCKS), choices=list(BLOCKS))
+    p.add_argument("--blocks", nargs="*", default=list(BLOCKS), choices=list(BLOCKS))
     p.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--code", default=None, help="directory for the plugin's generated code of each block")
     p.add_argument("--swiglu", nargs=3, type=int, metavar=("M", "D", "F"), action="append", default=[],
