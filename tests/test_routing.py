@@ -459,6 +459,24 @@ def test_epilogue_detection_sees_through_views():
                      options={"select": "all", "post_grad_custom_post_pass": Inspect()})  # fmt: skip
     assert seen == {"L['self'].act": True, "L['self'].plain": False}, seen
 
+    class SwiGLUResidual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate, self.up, self.down, self.res = (nn.Linear(16, 16, device=DEVICE) for _ in range(4))
+
+        def forward(self, x):
+            h = x + self.res(x)  # a residual of the input: an epilogue of res
+            return h + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+    seen.clear()
+    with torch.no_grad():
+        run_compiled(SwiGLUResidual(), x_of(2, 4, 16), backend="inductor_mm_plugin",
+                     options={"select": "all", "post_grad_custom_post_pass": Inspect()})  # fmt: skip
+    # silu(gate) * up joins two matmuls: neither takes the template; down's residual add
+    # reads h, itself res's result: not an epilogue either.
+    assert seen == {"L['self'].res": True, "L['self'].gate": False, "L['self'].up": False,
+                    "L['self'].down": False}, seen  # fmt: skip
+
 
 def test_opt_in_rejects_non_modules():
     with pytest.raises(TypeError, match="opt_in: expected an nn.Module class or instance, got int"):

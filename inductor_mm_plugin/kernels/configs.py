@@ -248,6 +248,11 @@ def _heuristic_tma(p: Problem) -> MatmulConfig:
         split *= 2
     if split > 1:
         return MatmulConfig("tma", 128, 128, 64, 8, 8, 4, split_k=split, epilogue_subtile=True)
+    if p.K >= 2048:
+        # Too many tiles to split, too few for two waves, K long: one wave of 128 x 128, as
+        # cuBLAS runs it (SwiGLU's down projection at 2048 tokens, 2048x1024x4096, 128 tiles:
+        # cuBLAS 25.6 us, 128x64 tiles 45.4 us).
+        return deepest(MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True), 2, 4)
     # Short K and few tiles (768^3: 128x64 0.73, 128x128 0.67, 64x128 0.62; 1000^3: 0.78,
     # 0.71, 0.74): latency-bound, more programs.
     return MatmulConfig("tma", 128, 64, 64, 8, 4, 4, flatten=True)
