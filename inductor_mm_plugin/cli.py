@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("target", help="FILE.py:FACTORY or package.module:FACTORY returning (model, example_inputs)")
     c.add_argument("--select", default=None, help="auto (default), all or opted_in")
     c.add_argument("--compete", action="store_true",
-                   help="let Inductor pick plugin or aten at every routed site (default: only where the plugin would take its slower pointer kernel)")
+                   help="let Inductor pick plugin or aten at every routed site "
+                        "(default: only where the plugin would take its slower pointer kernel)")  # fmt: skip
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="an Inductor config key, e.g. max_autotune=true (repeatable)")  # fmt: skip
     c.add_argument("--json", metavar="PATH", help="write the report as JSON")

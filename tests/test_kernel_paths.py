@@ -266,6 +266,16 @@ def test_heuristic_splits_k_only_when_the_grid_is_small():
     assert long_k.split_k > 1
 
 
+def test_heuristic_for_few_tiles_keeps_128x128_when_k_is_long():
+    # 2048x1024x4096: 128 tiles of 128x128 on 132 SMs, too many to split: one wave of them.
+    one_wave = heuristic_config(Problem(2048, 1024, 4096, 1, 2, "bfloat16", tma=True))
+    assert (one_wave.block_m, one_wave.block_n, one_wave.split_k) == (128, 128, 1)
+    # Short K with few tiles stays on the latency-bound 128x64 tiles (768^3, 1000^3).
+    for n in (768, 1000):
+        short = heuristic_config(Problem(n, n, n, 1, 2, "bfloat16", tma=True))
+        assert (short.block_m, short.block_n, short.split_k) == (128, 64, 1)
+
+
 def test_config_json_round_trip_and_validation():
     cfg = MatmulConfig("tma", 128, 256, 64, 8, 8, 3, split_k=2, epilogue_subtile=True)
     assert MatmulConfig.from_json(cfg.to_json()) == cfg
