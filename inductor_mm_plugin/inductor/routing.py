@@ -175,9 +175,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
 
 
 # The matmuls an epilogue must not join (aten's, and the plugin's once routed).
-_MATMUL_TARGETS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                   torch.ops.inductor_mm_plugin.mm.default, torch.ops.inductor_mm_plugin.addmm.default,
-                   torch.ops.inductor_mm_plugin.bmm.default}  # fmt: skip
+_MATMUL_TARGETS = {*MATMULS, *PLUGIN_OPS.values()}
 # Ops that only reinterpret a result's shape: an epilogue after them still fuses.
 _VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default,
           torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim}  # fmt: skip
@@ -190,6 +188,11 @@ def _pointwise(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and torch.Tag.pointwise in getattr(node.target, "tags", ())
 
 
+def _elementwise(node: torch.fx.Node) -> bool:
+    """A view or a pointwise op: what an epilogue is made of."""
+    return node.target in _VIEWS or _pointwise(node)
+
+
 def _from_other_matmul(node: torch.fx.Node, origin: torch.fx.Node, depth: int = 4) -> bool:
     """Whether ``node`` is computed from a matmul other than ``origin`` through views and
     pointwise ops (a few levels deep)."""
@@ -197,7 +200,7 @@ def _from_other_matmul(node: torch.fx.Node, origin: torch.fx.Node, depth: int = 
         return False
     if node.target in _MATMUL_TARGETS:
         return True
-    if node.target in _VIEWS or _pointwise(node):
+    if _elementwise(node):
         return any(_from_other_matmul(arg, origin, depth - 1) for arg in node.all_input_nodes)
     return False
 
@@ -206,7 +209,7 @@ def _computed_from(node: torch.fx.Node, origin: torch.fx.Node, depth: int = 4) -
     """Whether ``node`` is ``origin`` or computed from it alone by views and pointwise ops."""
     if node is origin:
         return True
-    if node.op != "call_function" or depth == 0 or not (node.target in _VIEWS or _pointwise(node)):
+    if node.op != "call_function" or depth == 0 or not _elementwise(node):
         return False
     return bool(node.all_input_nodes) and all(_computed_from(arg, origin, depth - 1) for arg in node.all_input_nodes)
 
