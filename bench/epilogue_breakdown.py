@@ -9,12 +9,16 @@ which Inductor's graph caches do not see (they would return the first variant's 
 A diagnostic for the fused-epilogue suite (bench_epilogue.py), not one of its targets. Arms,
 each timed under CUDA graphs (``do_bench_cudagraph`` median) on the same inputs:
 
-* eager cuBLAS: ``F.linear`` alone, then ``F.linear`` + the activation (two kernels);
-* the plugin's eager op ``inductor_mm_plugin::addmm`` (its TMA kernel, bias fused);
+* eager cuBLAS: ``x @ w.T``, ``F.linear``, ``F.linear`` + the activation (two kernels);
+* the plugin's eager ops ``inductor_mm_plugin::mm`` / ``::addmm`` (the TMA kernel);
 * stock ``torch.compile`` of the block;
-* the plugin backend on ``x @ w.T`` (the template, no epilogue), ``F.linear`` (bias
-  epilogue) and the whole block (bias + activation), with the template's own config and
-  with each config of ``--configs`` forced.
+* the plugin backend's template (``--variants``: a forced config, programs per SM, TMA store
+  or not) on four arms, each with a pointwise user so the routed matmul takes the template:
+  ``(x @ w.T) * 2`` (the template and its store), ``linear(x) * 2`` (+ the bias),
+  ``act(x @ w.T)`` (+ the activation) and ``act(linear(x))`` (both), with the template
+  kernel's registers, spills and shared memory.
+
+``--swiglu M D F`` profiles a compiled SwiGLU MLP kernel by kernel, stock and plugin.
 
 Outputs are checked against eager before timing. Prints one line per arm.
 """
@@ -151,7 +155,7 @@ def profile_swiglu(m, d, f):
             for _ in range(5):
                 c(x)
             torch.cuda.synchronize()
-            ms = bench(lambda: c(x))
+            ms = bench(lambda c=c: c(x))
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 for _ in range(20):
                     c(x)
@@ -160,6 +164,54 @@ def profile_swiglu(m, d, f):
             for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
                 if e.device_time_total > 0:
                     print(f"    {e.device_time_total / 20:8.1f} us  x{e.count // 20:<2d} {e.key[:110]}", flush=True)
+
+
+def breakdown_block(name, variants, code=None):
+    """Time one block of ``BLOCKS`` arm by arm and print a line per arm."""
+    m, d, f, act = BLOCKS[name]
+    torch.manual_seed(0)
+    x = torch.randn(m, d, device="cuda", dtype=DT)
+    w = torch.randn(f, d, device="cuda", dtype=DT) * d**-0.5
+    b = torch.randn(f, device="cuda", dtype=DT)
+    act = act or (lambda y: y)
+    flops = 2 * m * d * f
+    print(f"== {name}: M={m} K={d} N={f}", flush=True)
+
+    def report(label, ms, stats=""):
+        regs = f"  [{stats}]" if stats else ""
+        print(f"  {label:44s} {ms * 1e3:9.1f} us  {flops / ms / 1e9:7.1f} TFLOP/s{regs}", flush=True)
+
+    def block(x):
+        return act(F.linear(x, w, b))
+
+    for label, ms in [
+        ("eager cuBLAS mm", bench(lambda: x @ w.T)),
+        ("eager cuBLAS linear", bench(lambda: F.linear(x, w, b))),
+        ("eager cuBLAS linear+act", bench(lambda: block(x))),
+        ("plugin eager mm op", bench(lambda: torch.ops.inductor_mm_plugin.mm(x, w.T))),
+        ("plugin eager addmm op", bench(lambda: torch.ops.inductor_mm_plugin.addmm(b, x, w.T))),
+        ("stock compile block", compiled_ms(block, x, block(x))),
+    ]:
+        report(label, ms)
+    # Each with a pointwise user, so the routed matmul takes the template (a lone matmul
+    # takes the extern kernel): the template's store, + the bias, + the activation, both.
+    arms = {
+        "(x @ w.T) * 2": lambda x: (x @ w.T) * 2,
+        "linear(x) * 2": lambda x: F.linear(x, w, b) * 2,
+        "act(x @ w.T)": lambda x: act(x @ w.T),
+        "act(linear(x))": block,
+    }
+    plugin = {"backend": "inductor_mm_plugin"}
+    for vname in variants:
+        with forced(*VARIANTS[vname]):
+            for label, fn in arms.items():
+                since = len(_loaded)
+                to = code / f"{name}-{vname}.py" if code and fn is block else None
+                try:
+                    ms = compiled_ms(fn, x, fn(x), to, **plugin)
+                    report(f"template {vname} {label}", ms, template_stats(since))
+                except Exception as e:  # a variant that does not compile: report, go on
+                    print(f"  {name} {label} {vname}: {type(e).__name__}: {str(e)[-600:]}")
 
 
 def main(argv=None):
@@ -177,58 +229,14 @@ def main(argv=None):
     os.environ.setdefault("TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER", "0")  # read at the first compile
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
           f"plugin {inductor_mm_plugin.__version__}")  # fmt: skip
-    plugin = {"backend": "inductor_mm_plugin"}
     _record_loaded_kernels()
     for m, d, f in args.swiglu:
         profile_swiglu(m, d, f)
+    code = pathlib.Path(args.code) if args.code else None
+    if code:
+        code.mkdir(parents=True, exist_ok=True)
     for name in args.blocks:
-        m, d, f, act = BLOCKS[name]
-        torch.manual_seed(0)
-        x = torch.randn(m, d, device="cuda", dtype=DT)
-        w = torch.randn(f, d, device="cuda", dtype=DT) * d**-0.5
-        b = torch.randn(f, device="cuda", dtype=DT)
-        act = act or (lambda y: y)
-        mm = lambda x: x @ w.T  # noqa: E731
-        linear = lambda x: F.linear(x, w, b)  # noqa: E731
-        block = lambda x: act(F.linear(x, w, b))  # noqa: E731
-        flops = 2 * m * d * f
-        print(f"== {name}: M={m} K={d} N={f}", flush=True)
-
-        def report(label, ms, stats=""):
-            regs = f"  [{stats}]" if stats else ""
-            print(f"  {label:44s} {ms * 1e3:9.1f} us  {flops / ms / 1e9:7.1f} TFLOP/s{regs}", flush=True)
-
-        for label, ms in [
-            ("eager cuBLAS mm", bench(lambda: mm(x))),
-            ("eager cuBLAS linear", bench(lambda: linear(x))),
-            ("eager cuBLAS linear+act", bench(lambda: block(x))),
-            ("plugin eager mm op", bench(lambda: torch.ops.inductor_mm_plugin.mm(x, w.T))),
-            ("plugin eager addmm op", bench(lambda: torch.ops.inductor_mm_plugin.addmm(b, x, w.T))),
-            ("stock compile block", compiled_ms(block, x, block(x))),
-        ]:
-            report(label, ms)
-        code = pathlib.Path(args.code) if args.code else None
-        if code:
-            code.mkdir(parents=True, exist_ok=True)
-        # Each with a pointwise user, so the routed matmul takes the template (a lone matmul
-        # takes the extern kernel): the template's store, + the bias, + the activation, both.
-        arms = {
-            "(x @ w.T) * 2": lambda x: (x @ w.T) * 2,
-            "linear(x) * 2": lambda x: F.linear(x, w, b) * 2,
-            "act(x @ w.T)": lambda x: act(x @ w.T),
-            "act(linear(x))": block,
-        }
-        for vname in args.variants:
-            with forced(*VARIANTS[vname]):
-                for label, fn in arms.items():
-                    since = len(_loaded)
-                    to = code / f"{name}-{vname}.py" if code and fn is block else None
-                    try:
-                        ms = compiled_ms(fn, x, fn(x), to, **plugin)
-                        report(f"template {vname} {label}", ms, template_stats(since))
-                    except Exception as e:  # a variant that does not compile: report, go on
-                        print(f"  {name} {label} {vname}: {type(e).__name__}: {str(e)[-600:]}")
-
+        breakdown_block(name, args.variants, code)
 
 if __name__ == "__main__":
     main()
