@@ -18,6 +18,7 @@ from inductor_mm_plugin.inductor.routing import record_sites
 from inductor_mm_plugin.kernels import configs
 from inductor_mm_plugin.kernels.matmul import _matmul_kernel
 from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile, _tile_coords
+from inductor_mm_plugin.ops.matmul import _Plan
 
 def compile_code(fn, *args, **compile_kwargs):
     torch._dynamo.reset()
@@ -72,8 +73,6 @@ def test_tma_template_mirrors_the_tma_kernel():
         "b = b_desc.load([off_k, off_n])",
         "acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
         "work_c += NUM_SMS",
-        "block_shape=[BLOCK_M, BLOCK_K])",
-        "block_shape=[BLOCK_K, BLOCK_N])",
         "acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))",  # EPILOGUE_SUBTILE
         "acc0, acc1 = tl.split(acc3)",
         "mask=offs_n < N, other=0.0)[None, :]",  # HAS_BIAS: the bias as a vector
@@ -85,6 +84,15 @@ def test_tma_template_mirrors_the_tma_kernel():
         assert line.replace("tile %", "work %") in template.TMA_SOURCE, f"TMA template lost: {line}"
         if "(tile %" in line:
             assert line.replace("tile %", "work_c %") in template.TMA_SOURCE
+    # The same tiles through the descriptors: made on the host by the eager launcher, on the
+    # device by the template.
+    launcher = inspect.getsource(_Plan._descriptors)
+    blocks = [("[bm, bk])", "[BLOCK_M, BLOCK_K])"), ("[bk, bm])", "[BLOCK_K, BLOCK_M])"),
+              ("[bn, bk])", "[BLOCK_N, BLOCK_K])"), ("[bk, bn])", "[BLOCK_K, BLOCK_N])")]  # fmt: skip
+    for host, device in blocks:
+        device = "block_shape=" + device
+        assert host in launcher, f"eager launcher lost the descriptor block {host}"
+        assert device in template.TMA_SOURCE, f"TMA template lost {device}"
 
 
 @pytest.mark.parametrize("m,n,k", [(2048, 4096, 4096), (8192, 14336, 4096), (64, 4096, 4096), (1, 4096, 14336),

@@ -3,10 +3,15 @@
     C = alpha * (A @ B) + beta * bias        (bias term only when HAS_BIAS)
 
 Shapes: A (BATCH, M, K), B (BATCH, K, N), C (BATCH, M, N); ``mm``/``addmm`` use BATCH = 1
-(Triton specializes the argument, so the batch arithmetic folds away). Operands are read
-through device-side TMA descriptors (``tl.make_tensor_descriptor``), so each must have a
-16-byte aligned base, a unit stride on one dimension and a 16-byte aligned stride on the
-other; the launcher checks this and uses the pointer kernel otherwise.
+(Triton specializes the argument, so the batch arithmetic folds away). Operands arrive as
+host-side TMA descriptors (``triton.tools.tensor_descriptor.TensorDescriptor``, made by the
+launcher, ``ops/matmul.py``), so each must have a 16-byte aligned base, a unit stride on one
+dimension and a 16-byte aligned stride on the other; the launcher checks this and uses the
+pointer kernel otherwise. Host-side rather than device-side descriptors
+(``tl.make_tensor_descriptor``): a device-side one costs every program a tensormap write to
+global memory and a proxy fence before its first load, 3-4.5 us per launch on the H200
+(``bench/tma_fixed_cost.py``: 768^3 7.3 against 4.7 us, 16x4096x4096 13.1 against 8.7 us),
+as much as a whole small matmul takes.
 
 Batches: each operand's descriptor covers all its matrices stacked along the outer
 (non-unit-stride) dimension, e.g. a K-major A as a (BATCH * M, K) matrix, and a work item
@@ -18,7 +23,10 @@ reason on the output (masked pointer stores otherwise). Split-K is for single ma
 
 A transposed operand gets a descriptor of its storage order and is transposed in shared
 memory (``.T``), as in Triton's persistent matmul tutorial
-(python/tutorials/09-persistent-matmul.py): ``A_KMAJOR`` / ``B_KMAJOR`` say which.
+(python/tutorials/09-persistent-matmul.py): ``A_KMAJOR`` / ``B_KMAJOR`` say which. The
+descriptors' block shapes are the tiles: A [BLOCK_M, BLOCK_K] (K-major) or [BLOCK_K,
+BLOCK_M], B [BLOCK_N, BLOCK_K] (K-major) or [BLOCK_K, BLOCK_N], C [BLOCK_M, BLOCK_N] or
+[BLOCK_M, BLOCK_N // 2] with ``EPILOGUE_SUBTILE``.
 
 Structure:
 
@@ -34,7 +42,7 @@ Structure:
   the store buffer; outputs that do not qualify for TMA (``C_TMA`` off) use masked stores.
 
 Dtypes: fp16, bf16, fp32 (TF32 or IEEE dot by INPUT_PRECISION) in, the output in the input
-dtype, fp32 accumulation. TF32 with an MN-major operand puts that operand first in the dot,
+. TF32 with an MN-major operand puts that operand first in the dot,
 taken from registers (``SWAP_AB`` computes C^T = B^T A^T for an N-major B).
 
 Known gaps: no warp
@@ -95,7 +103,7 @@ def _store_tile(
         acc = acc + beta * bias.to(tl.float32)
     if C_TMA:
         # The descriptor clips rows and columns past M and N.
-        c_desc.store([c_row0 + off_m, off_n], acc.to(c_ptr.dtype.element_ty))
+        c_desc.store([c_row0 + off_m, off_n], acc.to(c_desc.dtype))
     else:
         c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
@@ -103,13 +111,13 @@ def _store_tile(
 
 @triton.jit
 def _matmul_kernel_tma(
-    a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, lock_ptr,
+    a_desc, b_desc, c_desc, c_ptr, bias_ptr, ws_ptr, lock_ptr,
     M, N, K, k_per_split, BATCH,
-    lda, ldb, stride_cb, stride_cm, stride_cn, stride_biasm, stride_biasn,
+    stride_cb, stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta,
     A_KMAJOR: tl.constexpr,
     B_KMAJOR: tl.constexpr,
-    C_TMA: tl.constexpr,
+    C_TMA: tl.constexpr,  # c_desc is C's descriptor (else unused: the epilogue stores through c_ptr)
     HAS_BIAS: tl.constexpr,
     BIAS_MODE: tl.constexpr,  # "n": stride_biasm == 0, "m": stride_biasn == 0, "mn": neither
     SCALE_ACC: tl.constexpr,
@@ -125,22 +133,7 @@ def _matmul_kernel_tma(
     FLATTEN: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
 ):  # fmt: skip
-    # Descriptors of each operand in its storage order; lda / ldb are the non-unit strides.
-    # (A batch is stacked along each operand's outer dimension: see the module docstring.)
-    if A_KMAJOR:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[BATCH * M, K], strides=[lda, 1], block_shape=[BLOCK_M, BLOCK_K])
-    else:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[BATCH * K, M], strides=[lda, 1], block_shape=[BLOCK_K, BLOCK_M])
-    if B_KMAJOR:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[BATCH * N, K], strides=[ldb, 1], block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[BATCH * K, N], strides=[ldb, 1], block_shape=[BLOCK_K, BLOCK_N])
     SUB_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
-    if C_TMA:
-        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[BATCH * M, N], strides=[stride_cm, 1],
-                                           block_shape=[BLOCK_M, SUB_N])  # fmt: skip
-    else:
-        c_desc = c_ptr  # unused: the epilogue stores through pointers
 
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)

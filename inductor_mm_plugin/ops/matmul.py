@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..kernels import tuning
 from ..kernels.configs import MatmulConfig, Problem, batch_fits, candidate_configs, heuristic_config, k_per_split
@@ -275,46 +276,13 @@ def _num_sms(device: torch.device) -> int:
     return n
 
 
-# Scratch for the device-side TMA descriptors (grid x 128 bytes each), which Triton asks
-# the allocator for at every launch.
-
-
-def _scratch_alloc(size: int, alignment: int, stream):
-    # A fresh buffer per launch, freed when the launch returns (stream-ordered, so reuse is
-    # safe). Not cached: CUDA-graph trees (mode="reduce-overhead") run their warm-up inside
-    # a private memory pool and reject any allocation still alive afterwards that is not a
-    # graph output ("Detected 1 tensor(s) in the cudagraph pool not tracked as outputs",
-    # torch/_inductor/cudagraph_trees.py) - which a cached scratch buffer is.
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-_ALLOCATION = None  # triton.runtime._allocation, imported at the first TMA launch
-
-
-def _ensure_allocator() -> None:
-    """Give Triton an allocator for device-side TMA descriptors, unless one is set already.
-
-    Checked at every TMA launch, because Triton keeps the allocator in a ContextVar (one
-    per thread); set at the first launch, never on import; a user's own allocator is left
-    in place.
-    """
-    global _ALLOCATION
-    if _ALLOCATION is None:
-        try:
-            from triton.runtime import _allocation
-
-            _allocation._allocator.get()
-            _ALLOCATION = _allocation
-        except (ImportError, AttributeError):
-            _ALLOCATION = False
-    if _ALLOCATION and not isinstance(_ALLOCATION._allocator.get(), _ALLOCATION.NullAllocator):
-        return
-    triton.set_allocator(_scratch_alloc)
-
-
-# Split-K counters: one int32 per output tile, zero at launch (the last slice of a tile
-# resets it, but a fresh zeroed buffer per launch is what keeps CUDA-graph trees happy: see
-# _scratch_alloc). The memset is captured into a graph like the kernel itself.
+# Split-K counters: one int32 per output tile, zero at launch. The last slice of a tile
+# resets its counter, so one buffer could serve every launch, but a fresh zeroed buffer per
+# launch is what keeps CUDA-graph trees (mode="reduce-overhead") happy: they run their
+# warm-up inside a private memory pool and reject any allocation still alive afterwards that
+# is not a graph output ("Detected 1 tensor(s) in the cudagraph pool not tracked as
+# outputs", torch/_inductor/cudagraph_trees.py), which a cached buffer is. The memset is
+# captured into a graph like the kernel; it costs ~1 us a launch (bench/tma_fixed_cost.py).
 
 
 def _split_k_locks(device: torch.device, tiles: int) -> torch.Tensor:
@@ -352,12 +320,15 @@ class _Plan:
     pointers and the constexprs are computed once (``mid``).
     """
 
-    __slots__ = ("cfg", "problem", "layout", "grid", "num_tiles", "compiled", "consts", "device", "mid", "has_bias")
+    __slots__ = ("cfg", "problem", "layout", "grid", "num_tiles", "compiled", "consts", "device", "mid", "has_bias",
+                 "c_tma", "descs")  # fmt: skip
 
     def __init__(self, problem: Problem, cfg: MatmulConfig, layout, flags: dict, device: torch.device):
         self.problem, self.cfg, self.layout, self.device = problem, cfg, layout, device
         self.compiled = None
         self.mid = None
+        self.descs = None
+        self.c_tma = False
         self.has_bias = flags["HAS_BIAS"]
         p = problem
         self.num_tiles = triton.cdiv(p.M, cfg.block_m) * triton.cdiv(p.N, cfg.block_n) * p.batch
@@ -370,7 +341,7 @@ class _Plan:
             a_via_regs = tf32 and not a_kmajor and b_kmajor
             self.grid = (max(1, min(p.num_sms, self.num_tiles * cfg.split_k)),)
             # A stacked batch's TMA store would spill a partial tile into the next matrix.
-            c_tma = c_tma and (p.batch == 1 or p.M % cfg.block_m == 0)
+            c_tma = self.c_tma = c_tma and (p.batch == 1 or p.M % cfg.block_m == 0)
             self.consts = (
                 a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["BIAS_MODE"], flags["SCALE_ACC"],
                 flags["INPUT_PRECISION"], swap_ab, a_via_regs, flags["INTERPRETER_BF16"],
@@ -392,12 +363,12 @@ class _Plan:
         """The arguments between the pointers and alpha/beta, in signature order."""
         p, cfg = self.problem, self.cfg
         if cfg.kernel == "tma":
-            _, lda, _, ldb, _, ldc = self.layout
+            ldc = self.layout[5]
             ocn = out.stride()[-1]
             ocb = out.stride(0) if out.dim() == 3 else 0
             bsm, bsn = bias.stride()[-2:] if self.has_bias else (0, 0)
             kps = k_per_split(p.K, cfg.block_k, cfg.split_k)
-            return (p.M, p.N, p.K, kps, p.batch, lda, ldb, ocb, ldc, ocn, bsm, bsn)
+            return (p.M, p.N, p.K, kps, p.batch, ocb, ldc, ocn, bsm, bsn)
         sa = a.stride() if a.dim() == 3 else (0, *a.stride())
         sb = b.stride() if b.dim() == 3 else (0, *b.stride())
         so = out.stride() if out.dim() == 3 else (0, *out.stride())
@@ -407,6 +378,43 @@ class _Plan:
             sbias = (0, 0, 0)
         return (p.M, p.N, p.K, *sa, *sb, *so, *sbias)
 
+    def _descriptors(self, a, b, out):
+        """Host-side TMA descriptors of A, B and C (C's only with a TMA store, else C itself):
+        each over its operand's storage order, a batch stacked along the outer dimension,
+        blocks the size of the tiles (see kernels/matmul_tma.py)."""
+        p, cfg = self.problem, self.cfg
+        a_kmajor, lda, b_kmajor, ldb, _, ldc = self.layout
+        bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+        if a_kmajor:
+            a_desc = TensorDescriptor(a, [p.batch * p.M, p.K], [lda, 1], [bm, bk])
+        else:
+            a_desc = TensorDescriptor(a, [p.batch * p.K, p.M], [lda, 1], [bk, bm])
+        if b_kmajor:
+            b_desc = TensorDescriptor(b, [p.batch * p.N, p.K], [ldb, 1], [bn, bk])
+        else:
+            b_desc = TensorDescriptor(b, [p.batch * p.K, p.N], [ldb, 1], [bk, bn])
+        if not self.c_tma:
+            return a_desc, b_desc, out
+        sub_n = bn // 2 if cfg.epilogue_subtile else bn
+        return a_desc, b_desc, TensorDescriptor(out, [p.batch * p.M, p.N], [ldc, 1], [bm, sub_n])
+
+    def _rebased_descriptors(self, a, b, out):
+        """The plan's descriptors over new tensors of the same signature. Everything but the
+        base is fixed by the plan's key, and so are the checks TensorDescriptor's constructor
+        makes, so the first call's descriptors are copied rather than rebuilt (~10 us of
+        Python for three)."""
+        descs = []
+        for desc, base in zip(self.descs, (a, b, out)):
+            if isinstance(desc, TensorDescriptor):
+                copy = object.__new__(TensorDescriptor)
+                copy.__dict__.update(desc.__dict__)
+                copy.base = base
+                desc = copy
+            else:
+                desc = base
+            descs.append(desc)
+        return descs
+
     def args(self, a, b, out, bias, alpha, beta):
         """The kernel's arguments in signature order, constexprs included (tensors as tensors)."""
         if self.mid is None:
@@ -414,7 +422,10 @@ class _Plan:
         bias_arg = bias if self.has_bias else out
         if self.cfg.kernel == "tma":
             ws, locks = self._split_k_buffers(out.device) if self.cfg.split_k > 1 else (out, out)
-            return (a, b, out, bias_arg, ws, locks, *self.mid, float(alpha), float(beta), *self.consts)
+            descs = self._descriptors(a, b, out)
+            if self.descs is None:
+                self.descs = descs
+            return (*descs, out, bias_arg, ws, locks, *self.mid, float(alpha), float(beta), *self.consts)
         return (a, b, out, bias_arg, *self.mid, float(alpha), float(beta), *self.consts)
 
     def _split_k_buffers(self, device):
@@ -426,44 +437,42 @@ class _Plan:
         """Launch on tensors: the first time through Triton's JIT, then directly."""
         compiled = self.compiled
         if compiled is not None and _DIRECT_LAUNCH and not _launch_hooks_active():
-            pbias = bias.data_ptr() if self.has_bias else 0
-            if self.launch_direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), pbias, alpha, beta):
+            if self.launch_direct(a, b, out, bias, alpha, beta):
                 return
-        if self.cfg.kernel == "tma" and not interpreting():
-            _ensure_allocator()
         cfg = self.cfg
         args = self.args(a, b, out, bias, alpha, beta)
         compiled = self.kernel[self.grid](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
             self.compiled = compiled
 
-    def launch_direct(self, pa: int, pb: int, pout: int, pbias: int, alpha, beta) -> bool:
-        """Launch with data pointers as integers through the compiled kernel's launcher.
+    def launch_direct(self, a, b, out, bias, alpha, beta) -> bool:
+        """Launch through the compiled kernel's launcher, pointers as integers.
 
         Triton's own launch (JITFunction.run, triton 3.6 runtime/jit.py) ends in this same
         call after binding and specializing the arguments, which the plan has done once:
         same kernel, same arguments, no launch metadata. Integer pointers also skip the
-        launcher's per-argument ``data_ptr()`` call and pointer-attribute query. Returns
-        False (nothing launched) if the launcher rejects the call.
+        launcher's per-argument ``data_ptr()`` call and pointer-attribute query; the TMA
+        descriptors are the first call's, rebased. Returns False (nothing launched) if the
+        launcher rejects the call.
         """
         compiled = self.compiled
         stream = torch._C._cuda_getCurrentRawStream(self.device.index)
-        if not self.has_bias:
-            pbias = pout
+        pout = out.data_ptr()
+        pbias = bias.data_ptr() if self.has_bias else pout
         if self.cfg.kernel == "tma":
-            _ensure_allocator()
             if self.cfg.split_k > 1:
                 ws, locks = self._split_k_buffers(self.device)
                 pws, plocks = ws.data_ptr(), locks.data_ptr()
             else:
                 pws = plocks = pout
-            args = (pa, pb, pout, pbias, pws, plocks, *self.mid, float(alpha), float(beta), *self.consts)
+            descs = self._rebased_descriptors(a, b, out)
+            args = (*descs, pout, pbias, pws, plocks, *self.mid, float(alpha), float(beta), *self.consts)
         else:
-            args = (pa, pb, pout, pbias, *self.mid, float(alpha), float(beta), *self.consts)
+            args = (a.data_ptr(), b.data_ptr(), pout, pbias, *self.mid, float(alpha), float(beta), *self.consts)
         try:
             compiled.run(self.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
                          *args)  # fmt: skip
-        except (TypeError, SystemError) as e:  # argument parsing, before anything launched
+        except (TypeError, SystemError, AttributeError) as e:  # argument parsing, before anything launched
             _disable_direct_launch(e)
             return False
         return True
@@ -710,11 +719,10 @@ def _remember(key, plan) -> None:
 def _run_direct(plan, a, b, out, bias, alpha, beta) -> bool:
     if not _DIRECT_LAUNCH or _launch_hooks_active():
         return False
-    pbias = bias.data_ptr() if bias is not None else 0
     if plan.device.index != torch.cuda.current_device():
         with torch.cuda.device(plan.device):
-            return plan.launch_direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), pbias, alpha, beta)
-    return plan.launch_direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), pbias, alpha, beta)
+            return plan.launch_direct(a, b, out, bias, alpha, beta)
+    return plan.launch_direct(a, b, out, bias, alpha, beta)
 
 
 def mm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
