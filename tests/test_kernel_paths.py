@@ -221,6 +221,31 @@ def test_plan_is_reused_and_keyed_on_alignment():
     assert_matmul_close(impl.mm_launch(a_off, b, out=poisoned(24, 16, dtype=dt)), a_off, b)
 
 
+@pytest.mark.parametrize("ta,tb,c_tma", [(False, True, True), (True, False, True), (False, False, False)])
+def test_plan_keeps_descriptors_without_tensors_and_rebases_them(ta, tb, c_tma):
+    # The direct launch reuses the first call's host-side TMA descriptors over the next call's
+    # tensors; the plan itself must hold no tensor (CUDA-graph trees reject a live one).
+    dt = torch.float16
+    M, N, K = 40, 48, 64
+    a, b = operand(M, K, dt, transposed=ta), operand(K, N, dt, transposed=tb)
+    out = poisoned(M, N, dtype=dt) if c_tma else poisoned(N, M, dtype=dt).t()
+    plan = impl._launch(a, b, out)
+    assert plan.cfg.kernel == "tma" and plan.c_tma == c_tma
+    assert not any(isinstance(v, torch.Tensor) for d in plan.descs if d is not None for v in vars(d).values())
+    a2, b2 = operand(M, K, dt, transposed=ta), operand(K, N, dt, transposed=tb)
+    out2 = poisoned(M, N, dtype=dt)
+    first = plan._descriptors(a, b, out)
+    rebased = plan._rebased_descriptors(a2, b2, out2)
+    for old, new, base in zip(first, rebased, (a2, b2, out2)):
+        if isinstance(old, torch.Tensor):  # C without a TMA store: the tensor itself
+            assert new is base
+            continue
+        assert new.base is base
+        assert (new.shape, new.strides, new.block_shape) == (old.shape, old.strides, old.block_shape)
+    assert first[0].block_shape == ([plan.cfg.block_k, plan.cfg.block_m] if ta else [plan.cfg.block_m, plan.cfg.block_k])
+    assert first[1].block_shape == ([plan.cfg.block_n, plan.cfg.block_k] if tb else [plan.cfg.block_k, plan.cfg.block_n])
+
+
 def test_launch_matmul_takes_batch_one_as_one_matrix():
     dt = torch.float16
     a, b = randn(1, 32, 48, dtype=dt), randn(1, 48, 16, dtype=dt)

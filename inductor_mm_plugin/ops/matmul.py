@@ -403,17 +403,7 @@ class _Plan:
         base is fixed by the plan's key, and so are the checks TensorDescriptor's constructor
         makes, so the first call's descriptors are copied rather than rebuilt (~10 us of
         Python for three)."""
-        descs = []
-        for desc, base in zip(self.descs, (a, b, out)):
-            if isinstance(desc, TensorDescriptor):
-                copy = object.__new__(TensorDescriptor)
-                copy.__dict__.update(desc.__dict__)
-                copy.base = base
-                desc = copy
-            else:
-                desc = base
-            descs.append(desc)
-        return descs
+        return [base if desc is None else _rebased(desc, base) for desc, base in zip(self.descs, (a, b, out))]
 
     def args(self, a, b, out, bias, alpha, beta):
         """The kernel's arguments in signature order, constexprs included (tensors as tensors)."""
@@ -424,7 +414,9 @@ class _Plan:
             ws, locks = self._split_k_buffers(out.device) if self.cfg.split_k > 1 else (out, out)
             descs = self._descriptors(a, b, out)
             if self.descs is None:
-                self.descs = descs
+                # Kept without their tensors: a plan must not keep a call's tensors alive (CUDA-graph
+                # trees reject a live allocation in their pool that is not a graph output).
+                self.descs = [_rebased(d, None) if isinstance(d, TensorDescriptor) else None for d in descs]
             return (*descs, out, bias_arg, ws, locks, *self.mid, float(alpha), float(beta), *self.consts)
         return (a, b, out, bias_arg, *self.mid, float(alpha), float(beta), *self.consts)
 
@@ -482,6 +474,14 @@ class _Plan:
         cfg = self.cfg
         args = self.args(a, b, out, bias, 1.0, 1.0)
         self.kernel.warmup(*args, grid=self.grid, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def _rebased(desc: TensorDescriptor, base) -> TensorDescriptor:
+    """A copy of ``desc`` over ``base``, without TensorDescriptor's constructor checks."""
+    copy = object.__new__(TensorDescriptor)
+    copy.__dict__.update(desc.__dict__)
+    copy.base = base
+    return copy
 
 
 def _disable_direct_launch(err: Exception) -> None:
