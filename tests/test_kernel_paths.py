@@ -377,18 +377,33 @@ def test_warmup_then_capture_runs_the_warmed_config():
     ids=lambda c: c.short().replace(" ", "_") if c else "heuristic",
 )
 def test_tf32_operand_swap_paths(monkeypatch, ta, tb, cfg):
-    # TF32 with an MN-major operand takes it from registers (B^T A^T for an N-major B).
+    # TF32 with an N-major B takes it from registers (B^T A^T).
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     M, N, K = 384, 256, 1000
     a = operand(M, K, torch.float32, transposed=ta)
     b = operand(K, N, torch.float32, transposed=tb)
     bias = bias_of("N", M, N, torch.float32)
     out = poisoned(M, N, dtype=torch.float32)
+    if ta and tb:
+        # A from registers computed wrong results with a bias on the H200: the pointer kernel.
+        assert impl.pointer_kernel_reason(a, b).startswith("TF32 with an M-major A")
+        if cfg is not None:
+            with pytest.raises(ValueError, match="not TF32 with an M-major A and a K-major B"):
+                impl._launch(a, b, out, bias.expand(M, N), 0.5, 2.0, config=cfg)
+            return
     plan = impl._launch(a, b, out, bias.expand(M, N), 0.5, 2.0, config=cfg)
-    assert plan.cfg.kernel == "tma"
-    swap, via_regs = plan.consts[7], plan.consts[8]
-    assert (swap, via_regs) == (not ta and not tb, ta and tb)
+    assert plan.cfg.kernel == ("ptr" if ta and tb else "tma")
+    if plan.cfg.kernel == "tma":
+        assert plan.consts[7] == (not ta and not tb)  # SWAP_AB
     assert_matmul_close(out, a, b, bias, beta=0.5, alpha=2.0, tf32=True)
+
+
+def test_tf32_with_m_major_a_and_k_major_b_takes_the_pointer_kernel():
+    # (a_kmajor, lda, b_kmajor, ...): only TF32 with an M-major A and a K-major B.
+    rule = impl._tf32_a_from_registers
+    assert rule((False, 64, True), "tf32")
+    assert not rule((False, 64, True), "ieee")
+    assert not any(rule((ak, 64, bk), "tf32") for ak, bk in ((True, True), (True, False), (False, False)))
 
 
 def test_forced_tma_config_the_call_cannot_take_is_a_clear_error():

@@ -220,10 +220,13 @@ def test_gpu_template_and_eager_kernel_agree_bitwise(m, n, k, a_t, with_bias):
                                                                                              dtype=torch.bfloat16)
     b = torch.randn(n, k, device=DEVICE, dtype=torch.bfloat16).t()
     bias = torch.randn(n, device=DEVICE, dtype=torch.bfloat16) if with_bias else None
+    # compete=False: the template whatever autotuning would say (with the default
+    # compete="auto" an unaligned site may time the pointer template against aten and keep aten).
+    opts = {"options": {"compete": False}}
     if with_bias:
-        out, codes, _ = compile_code(lambda a, b, bias: torch.relu(torch.addmm(bias, a, b)), a, b, bias)
+        out, codes, _ = compile_code(lambda a, b, bias: torch.relu(torch.addmm(bias, a, b)), a, b, bias, **opts)
     else:
-        out, codes, _ = compile_code(lambda a, b: torch.relu(a @ b), a, b)
+        out, codes, _ = compile_code(lambda a, b: torch.relu(a @ b), a, b, **opts)
     kernels = [src for src in kernels_of(codes).values() if MARKER in src]
     assert len(kernels) == 1, kernels
     aligned = k * 2 % 16 == 0 and (not a_t or m * 2 % 16 == 0)  # TMA: 16-byte aligned row strides

@@ -42,8 +42,11 @@ Structure:
   the store buffer; outputs that do not qualify for TMA (``C_TMA`` off) use masked stores.
 
 Dtypes: fp16, bf16, fp32 (TF32 or IEEE dot by INPUT_PRECISION) in, the output in the input
-. TF32 with an MN-major operand puts that operand first in the dot,
-taken from registers (``SWAP_AB`` computes C^T = B^T A^T for an N-major B).
+dtype, fp32 accumulation. TF32 with an N-major B (and a K-major A) puts B first in the dot,
+taken from registers (``SWAP_AB`` computes C^T = B^T A^T). TF32 with an M-major A and a
+K-major B never comes here: taking A from registers the same way computed wrong results
+with a bias epilogue on the H200 (triton 3.6; deterministic with split-K, one rep in three
+without), so the launcher sends that layout to the pointer kernel.
 
 Known gaps: no warp
 specialization: ``WARP_SPECIALIZE`` exists as a config option, but on sm_90 with triton 3.6
@@ -123,7 +126,6 @@ def _matmul_kernel_tma(
     SCALE_ACC: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
     SWAP_AB: tl.constexpr,  # TF32 with an N-major B: accumulate C^T = B^T A^T, B^T from registers
-    A_VIA_REGS: tl.constexpr,  # TF32 with an M-major A: A from registers
     INTERPRETER_BF16: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
@@ -174,8 +176,6 @@ def _matmul_kernel_tma(
                 b = b.to(tl.float32)
             if SWAP_AB:
                 acc = tl.dot(_via_registers(tl.trans(b)), tl.trans(a), acc, input_precision=INPUT_PRECISION)
-            elif A_VIA_REGS:
-                acc = tl.dot(_via_registers(a), b, acc, input_precision=INPUT_PRECISION)
             else:
                 acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         if SWAP_AB:

@@ -240,6 +240,8 @@ def pointer_kernel_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
     if operands is None:
         return "its operands are not TMA-readable (rows not 16-byte aligned or batches not stacked): the pointer kernel"
     (a_kmajor, _), (b_kmajor, _) = operands
+    if _tf32_a_from_registers((a_kmajor, None, b_kmajor), _input_precision(a.dtype)):
+        return "TF32 with an M-major A and a K-major B: the pointer kernel"
     M, K = a.shape[-2:]
     batch = a.shape[0] if a.dim() == 3 else 1
     problem = Problem(M, b.shape[-1], K, batch, a.element_size(), str(a.dtype).removeprefix("torch."), tma=True,
@@ -248,6 +250,14 @@ def pointer_kernel_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
     if not batch_fits(problem, MatmulConfig("tma", 128, 128, 64)):
         return f"a batch stacked along K = {K}, not a multiple of 64: the pointer kernel"
     return None
+
+
+def _tf32_a_from_registers(layout, precision: str) -> bool:
+    """TF32 with an M-major A and a K-major B: the TMA kernel would have to take A from
+    registers, which computed wrong results with a bias epilogue on the H200 (triton 3.6:
+    every time with split-K, one run in three without; kernels/matmul_tma.py). Such calls
+    take the pointer kernel."""
+    return precision == "tf32" and not layout[0] and layout[2]
 
 
 def _tma_layout(a, b, out):
@@ -335,16 +345,15 @@ class _Plan:
         if cfg.kernel == "tma":
             a_kmajor, _, b_kmajor, _, c_tma, _ = layout
             tf32 = flags["INPUT_PRECISION"] == "tf32" and not interpreting()
-            # TF32 wgmma reads only K-major operands from shared memory; an MN-major one
-            # goes through registers instead, as the first operand (see the kernel).
+            # TF32 wgmma reads only K-major operands from shared memory; an N-major B goes
+            # through registers instead, as the first operand (see the kernel).
             swap_ab = tf32 and a_kmajor and not b_kmajor
-            a_via_regs = tf32 and not a_kmajor and b_kmajor
             self.grid = (max(1, min(p.num_sms, self.num_tiles * cfg.split_k)),)
             # A stacked batch's TMA store would spill a partial tile into the next matrix.
             c_tma = self.c_tma = c_tma and (p.batch == 1 or p.M % cfg.block_m == 0)
             self.consts = (
                 a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["BIAS_MODE"], flags["SCALE_ACC"],
-                flags["INPUT_PRECISION"], swap_ab, a_via_regs, flags["INTERPRETER_BF16"],
+                flags["INPUT_PRECISION"], swap_ab, flags["INTERPRETER_BF16"],
                 cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.split_k,
                 p.num_sms, cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize,
             )  # fmt: skip
@@ -584,11 +593,14 @@ def _launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=
             )
             # The TMA kernel's bias has no batch stride: a batched bias takes the pointer kernel.
             layout = None if has_bias and a.dim() == 3 else _tma_layout(a, b, kernel_out)
+            if layout is not None and _tf32_a_from_registers(layout, flags["INPUT_PRECISION"]):
+                layout = None
             problem = _problem(a, b, kernel_out, layout, has_bias, flags["INPUT_PRECISION"])
             if config is not None:
                 cfg = config
                 if cfg.kernel == "tma" and (layout is None or not batch_fits(problem, cfg)):
-                    raise ValueError(f"config {cfg.short()} needs TMA-compatible operands")
+                    raise ValueError(f"config {cfg.short()} needs TMA-compatible operands (16-byte aligned rows, "
+                                     "batches stacked; not TF32 with an M-major A and a K-major B)")
             else:
                 cfg = _choose(problem, layout, flags, a, b, kernel_out, bias, alpha, beta, autotune)
             plan = _Plan(problem, cfg, layout if cfg.kernel == "tma" else None, flags, a.device)
