@@ -1,20 +1,21 @@
-"""Where the plugin's fixed cost per launch goes: device-side against host-side TMA descriptors.
+"""Where a TMA matmul's fixed cost per launch goes: device-side against host-side descriptors.
 
     python bench/tma_fixed_cost.py [--out FILE]
 
-Small and skinny matmuls run a few microseconds, and on the H200 the plugin's TMA kernel
-trails cuBLAS there by a near-constant 2.5-4 us even under CUDA graphs (768^3: 7.5 against
-4.1 us; 16x4096x4096: 11.6 against 9.2 us), which points at a fixed cost per launch rather
-than at bandwidth. Candidates, each timed here under CUDA graphs (``do_bench_cudagraph``,
-median) next to torch.mm in the same run:
+Small and skinny matmuls run a few microseconds. On the H200 the plugin's TMA kernel with
+device-side descriptors trailed cuBLAS there by a near-constant 2.5-4 us even under CUDA
+graphs (768^3: 7.9 against 4.1 us; 16x4096x4096: 14.2 against 9.4 us): a fixed cost per
+launch rather than bandwidth. This times, under CUDA graphs (``do_bench_cudagraph``,
+median), next to torch.mm and the plugin op in the same run:
 
-* the descriptors: the plugin builds three TMA descriptors on the device
-  (``tl.make_tensor_descriptor``: a 128-byte tensormap written to global scratch and a
-  proxy fence per program) where a host-side ``TensorDescriptor`` arrives as a kernel
-  parameter. A small stand-alone kernel (one tile per work item, same tile loop) is timed
-  both ways, persistent and one program per tile;
+* the descriptors: a small stand-alone kernel (the plugin's tile loop, no split-K) with its
+  three TMA descriptors built on the device (``tl.make_tensor_descriptor``: a 128-byte
+  tensormap written to global memory and a proxy fence per program) or passed from the host
+  (``TensorDescriptor``, a kernel parameter), persistent and one program per tile. The
+  measurement is why the plugin's kernel now takes host-side descriptors
+  (bench/results/2026-11-29-NVIDIA_H200-tma-fixed-cost.txt has both runs);
 * split-K's counter memset (``torch.zeros`` per launch, one extra kernel in the graph):
-  the production op with a fresh zeroed buffer per launch against one reused buffer.
+  the plugin op with a fresh zeroed buffer per launch against one reused buffer.
 
 Every kernel's output is checked against torch.mm before it is timed.
 """
@@ -22,6 +23,7 @@ Every kernel's output is checked against torch.mm before it is timed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -152,8 +154,6 @@ def main():
                     row["plugin, reused split-K counters"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
                 finally:
                     impl._split_k_locks = orig
-            import dataclasses
-
             pcfg = dataclasses.replace(cfg, split_k=1) if cfg.kernel == "tma" else cfg
             for host in (False, True):
                 for persistent in (False, True):
