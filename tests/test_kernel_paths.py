@@ -246,6 +246,60 @@ def test_plan_keeps_descriptors_without_tensors_and_rebases_them(ta, tb, c_tma):
     assert first[1].block_shape == ([plan.cfg.block_n, plan.cfg.block_k] if tb else [plan.cfg.block_k, plan.cfg.block_n])
 
 
+class _RecordingLauncher:
+    """Stands in for a compiled kernel's launcher: records what the direct launch passes."""
+
+    function, packed_metadata = "function", "metadata"
+
+    def __init__(self, error=None):
+        self.calls, self.error = [], error
+
+    def run(self, *args):
+        if self.error:
+            raise self.error
+        self.calls.append(args)
+
+
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_direct_launch_passes_what_the_jit_launch_passes(monkeypatch, split_k):
+    # The GPU's repeated calls skip Triton's JIT: same arguments, descriptors rebased onto the
+    # new tensors, data pointers as integers (checked here without a GPU).
+    dt = torch.float16
+    M, N, K = 40, 48, 256
+    cfg = dataclasses.replace(INTERPRETER_TMA, split_k=split_k)
+    a, b = operand(M, K, dt), operand(K, N, dt, transposed=True)
+    plan = impl._launch(a, b, poisoned(M, N, dtype=dt), config=cfg)
+    plan.compiled = launcher = _RecordingLauncher()
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    a2, b2, out2 = operand(M, K, dt), operand(K, N, dt, transposed=True), poisoned(M, N, dtype=dt)
+    assert plan.launch_direct(a2, b2, out2, None, 2.0, 1.0)
+    ((grid, gy, gz, stream, function, metadata, *hooks_and_args),) = launcher.calls
+    assert (grid, gy, gz, stream, function, metadata) == (plan.grid[0], 1, 1, 7, "function", "metadata")
+    assert hooks_and_args[:3] == [None, None, None]  # launch metadata and hooks
+    passed = tuple(hooks_and_args[3:])
+    expected = plan.args(a2, b2, out2, None, 2.0, 1.0)
+    assert [d.base for d in passed[:3]] == [a2, b2, out2]
+    assert [(d.shape, d.strides, d.block_shape) for d in passed[:3]] == [
+        (d.shape, d.strides, d.block_shape) for d in expected[:3]
+    ]
+    assert passed[3:5] == (out2.data_ptr(), out2.data_ptr())  # C's pointer; no bias: C again
+    if split_k == 1:
+        assert passed[5:7] == (out2.data_ptr(), out2.data_ptr())  # no workspace or counters
+    assert passed[7:] == expected[7:]  # sizes, strides, alpha, beta, constexprs
+
+
+def test_direct_launch_that_the_launcher_rejects_falls_back(monkeypatch):
+    dt = torch.float16
+    a, b = operand(40, 64, dt), operand(64, 48, dt)
+    plan = impl._launch(a, b, poisoned(40, 48, dtype=dt))
+    plan.compiled = _RecordingLauncher(error=TypeError("launcher changed its calling convention"))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(impl, "_DIRECT_LAUNCH", True)
+    with pytest.warns(RuntimeWarning, match="direct kernel launch failed"):
+        assert not plan.launch_direct(a, b, poisoned(40, 48, dtype=dt), None, 1.0, 1.0)
+    assert impl._DIRECT_LAUNCH is False  # Triton's own launch from now on
+
+
 def test_launch_matmul_takes_batch_one_as_one_matrix():
     dt = torch.float16
     a, b = randn(1, 32, 48, dtype=dt), randn(1, 48, 16, dtype=dt)

@@ -460,20 +460,21 @@ class _Plan:
         stream = torch._C._cuda_getCurrentRawStream(self.device.index)
         pout = out.data_ptr()
         pbias = bias.data_ptr() if self.has_bias else pout
-        if self.cfg.kernel == "tma":
-            if self.cfg.split_k > 1:
-                ws, locks = self._split_k_buffers(self.device)
-                pws, plocks = ws.data_ptr(), locks.data_ptr()
-            else:
-                pws = plocks = pout
-            descs = self._rebased_descriptors(a, b, out)
-            args = (*descs, pout, pbias, pws, plocks, *self.mid, float(alpha), float(beta), *self.consts)
-        else:
-            args = (a.data_ptr(), b.data_ptr(), pout, pbias, *self.mid, float(alpha), float(beta), *self.consts)
         try:
+            if self.cfg.kernel == "tma":
+                pws = plocks = pout
+                if self.cfg.split_k > 1:
+                    ws, locks = self._split_k_buffers(self.device)  # alive until the launch returns
+                    pws, plocks = ws.data_ptr(), locks.data_ptr()
+                descs = self._rebased_descriptors(a, b, out)
+                args = (*descs, pout, pbias, pws, plocks, *self.mid, float(alpha), float(beta), *self.consts)
+            else:
+                args = (a.data_ptr(), b.data_ptr(), pout, pbias, *self.mid, float(alpha), float(beta), *self.consts)
             compiled.run(self.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
                          *args)  # fmt: skip
-        except (TypeError, SystemError, AttributeError) as e:  # argument parsing, before anything launched
+        # Rebasing (a TensorDescriptor that is no longer a plain dataclass) or the launcher's
+        # argument parsing: both fail before anything is launched.
+        except (TypeError, SystemError, AttributeError) as e:
             _disable_direct_launch(e)
             return False
         return True
