@@ -46,7 +46,8 @@ dtype, fp32 accumulation. TF32 with an N-major B (and a K-major A) puts B first 
 taken from registers (``SWAP_AB`` computes C^T = B^T A^T). TF32 with an M-major A and a
 K-major B never comes here: taking A from registers the same way computed wrong results
 with a bias epilogue on the H200 (triton 3.6; deterministic with split-K, one rep in three
-without), so the launcher sends that layout to the pointer kernel.
+without; possibly the register-operand wgmma ordering hazard of triton-lang/triton#5003),
+so the launcher sends that layout to the pointer kernel.
 
 Known gaps: no warp
 specialization: ``WARP_SPECIALIZE`` exists as a config option, but on sm_90 with triton 3.6

@@ -256,7 +256,9 @@ def _tf32_a_from_registers(layout, precision: str) -> bool:
     """TF32 with an M-major A and a K-major B: the TMA kernel would have to take A from
     registers, which computed wrong results with a bias epilogue on the H200 (triton 3.6:
     every time with split-K, one run in three without; kernels/matmul_tma.py). Such calls
-    take the pointer kernel."""
+    take the pointer kernel. Root cause not isolated; the likeliest is the ordering hazard of
+    a register-operand wgmma, whose registers must not change before the wgmma completes
+    (discussed in triton-lang/triton#5003), with no minimal repro filed yet."""
     return precision == "tf32" and not layout[0] and layout[2]
 
 
