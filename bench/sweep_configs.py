@@ -46,16 +46,15 @@ def _deepest(cfg, most=6):
 
 
 def _skinny_configs(M):
+    """BLOCK_N x split x BLOCK_K (x warps for the widest tiles), as deep as shared memory allows."""
     bm = max(16, 1 << (M - 1).bit_length()) if M > 1 else 16
     out = []
     for bn in (32, 64, 128):
-        for split in (1, 2, 4):
-            bk = 256 if bm < 64 else 128
-            w = 8 if bm * bn >= 128 * 128 else 4
-            out.append(_deepest(T(bm, bn, bk, 1, w, 6, split, False, split == 1)))
-    if bm < 64:
-        out += [_deepest(T(bm, 64, 128, 1, 4, 6, 1, False, True)), _deepest(T(bm, 128, 128, 1, 4, 6, 2))]
-    return out
+        for split in (1, 2, 3, 4):
+            for bk in (128, 256) if bm < 64 else (128,):
+                for w in (4, 8) if bn == 128 else (4,):
+                    out.append(_deepest(T(bm, bn, bk, 1, w, 6, split, False, split == 1)))
+    return list(dict.fromkeys(out))
 
 
 GROUPS = {
@@ -125,7 +124,7 @@ GROUPS = {
         ],
     ),
     "skinny": dict(
-        shapes=[(m, n, k) for m in (1, 16, 64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
+        shapes=[(m, n, k) for m in (1, 8, 16, 32, 64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
         dtype="bf16", layouts=["row", "linear"], graph=True, configs=None,
     ),
 }  # fmt: skip
