@@ -355,6 +355,20 @@ def test_heuristic_for_few_tiles_keeps_128x128_when_k_is_long():
         assert (short.block_m, short.block_n, short.split_k) == (128, 64, 1)
 
 
+@pytest.mark.parametrize("M", [1, 8, 16, 32, 64, 128])
+@pytest.mark.parametrize("N,K", [(4096, 4096), (14336, 4096), (4096, 14336), (11008, 4096)])
+def test_skinny_heuristic_fills_one_wave(M, N, K):
+    # Decode shapes are a read of B, spread evenly: the busiest SM has at most 1.25x the
+    # average share of work items (132 SMs on the H200), and every split slice has real K.
+    p = Problem(M, N, K, 1, 2, "bfloat16", tma=True)
+    cfg = heuristic_config(p)
+    items = -(-M // cfg.block_m) * -(-N // cfg.block_n) * cfg.split_k
+    busiest = -(-items // p.num_sms)
+    assert cfg.block_m >= M and cfg.num_warps == 4
+    assert busiest * p.num_sms <= 1.25 * items, (cfg, items)
+    assert cfg.split_k == 1 or k_per_split(K, cfg.block_k, cfg.split_k) * (cfg.split_k - 1) < K
+
+
 def test_config_json_round_trip_and_validation():
     cfg = MatmulConfig("tma", 128, 256, 64, 8, 8, 3, split_k=2, epilogue_subtile=True)
     assert MatmulConfig.from_json(cfg.to_json()) == cfg

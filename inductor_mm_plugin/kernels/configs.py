@@ -260,32 +260,43 @@ def _heuristic_tma(p: Problem) -> MatmulConfig:
 
 def _heuristic_skinny(p: Problem) -> MatmulConfig:
     """M <= 128: reading B is the cost; what matters is spreading it evenly over the SMs
-    with enough bytes in flight. Measured under CUDA graphs, N x K in {4096, 14336}^2:
+    with enough bytes in flight, in one wave of about one work item per SM. Measured under
+    CUDA graphs with host-side descriptors (bench/sweep_configs.py, 2026-11-29, bf16, both
+    B layouts; ratios cuBLAS / plugin, the runner-up in brackets):
 
-    * N = 14336: BLOCK_N 128, no split (112 programs): 0.87-0.99;
-    * K = 14336, N = 4096: BLOCK_N 64, split 2 (128 programs): 0.88-0.95;
-    * N = K = 4096 (10 us, latency-bound): BLOCK_N 32, no split for M >= 16 (0.66-0.86),
-      BLOCK_N 128 split 2 for M = 1 (0.80 against 0.66).
+    * N = 14336 (112 tiles of 128): BLOCK_N 128, no split: 0.91-1.08 (BLOCK_N 64: 0.84-0.97);
+    * K = 14336, N = 4096: BLOCK_N 32 without a split for 1 < M <= 16 and M = 64:
+      1.01-1.05 (BLOCK_N 64 split 2: 0.96-1.02); for M = 1 BLOCK_N 64 split 2: 0.96 (32
+      unsplit: 0.90); BLOCK_N 64 split 2 for M = 32 and 128: 0.92-0.99;
+    * N = K = 4096 (about 10 us): BLOCK_N 128 split 4 for M <= 8: 0.85-0.98 (64 split 2:
+      0.81-0.89); BLOCK_N 64 split 2 for M = 16, 32: 0.91-0.95 (32 unsplit: 0.81-0.90);
+      BLOCK_N 32 unsplit for M = 64, 128: 0.81-1.03 (64 unsplit: 0.77-0.90).
 
-    Split-K costs a partial-sum round trip through L2 per tile, so it only pays when K is
-    long. The cost model below (``skinny_cost_us``) ranked these wrongly; it only orders
-    the autotuner's candidates now.
+    Four warps throughout (eight: 1-3% slower on 128-wide tiles). The cost model below
+    (``skinny_cost_us``) ranks these wrongly; it only orders the autotuner's candidates.
     """
     bm = max(16, _pow2_ceil(p.M))
     m_tiles = _cdiv(p.M, bm) * p.batch
+
+    def one_wave(bn: int, split: int) -> bool:  # at most ~one work item per SM, every slice real
+        return _cdiv(p.N, bn) * m_tiles * split <= p.num_sms * 11 // 10 and useful_split(p.K, 256, split)
+
     if _cdiv(p.N, 128) * m_tiles * 4 >= 3 * p.num_sms:
         bn, split = 128, 1
     elif p.K >= 8192:
-        bn = 64
-        split = 2 if _cdiv(p.N, 64) * m_tiles * 2 <= p.num_sms * 11 // 10 and useful_split(p.K, 256, 2) else 1
-    elif p.M <= 8 and _cdiv(p.N, 128) * m_tiles * 2 <= p.num_sms and useful_split(p.K, 256, 2):
-        bn, split = 128, 2
+        if bm == 16 and p.M > 1 or bm == 64:
+            bn, split = 32, 1
+        else:
+            bn, split = 64, 2 if one_wave(64, 2) else 1
+    elif p.M <= 8 and one_wave(128, 4):
+        bn, split = 128, 4
+    elif bm <= 32 and one_wave(64, 2):
+        bn, split = 64, 2
     else:
         bn, split = 32, 1
-    warps = 8 if bm * bn >= 128 * 128 else 4
-    # 256-wide K steps while 3 stages of them fit (measured with M <= 16), else 128.
-    bk = 256 if fits(MatmulConfig("tma", bm, bn, 256, 1, warps, 3), p.elem_bytes) and bm < 64 else 128
-    cfg = MatmulConfig("tma", bm, bn, bk, 1, warps, 6, split_k=split, flatten=split == 1)
+    # 256-wide K steps while 3 stages of them fit (measured with M <= 32), else 128.
+    bk = 256 if fits(MatmulConfig("tma", bm, bn, 256, 1, 4, 3), p.elem_bytes) and bm < 64 else 128
+    cfg = MatmulConfig("tma", bm, bn, bk, 1, 4, 6, split_k=split, flatten=split == 1)
     return deepest(cfg, p.elem_bytes, 6)
 
 
@@ -297,8 +308,7 @@ def skinny_candidates(p: Problem) -> list[MatmulConfig]:
             bk = 256 if bm < 64 and fits(MatmulConfig("tma", bm, bn, 256, 1, 4, 3), p.elem_bytes) else 128
             if not useful_split(p.K, bk, split):
                 continue
-            warps = 8 if bm * bn >= 128 * 128 else 4
-            cfg = MatmulConfig("tma", bm, bn, bk, 1, warps, 6, split_k=split, flatten=split == 1)
+            cfg = MatmulConfig("tma", bm, bn, bk, 1, 4, 6, split_k=split, flatten=split == 1)
             out.append(deepest(cfg, p.elem_bytes, 6))
     return out
 
