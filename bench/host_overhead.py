@@ -51,7 +51,36 @@ def probe(tag):
                       f"cudagraph {graph:6.1f} us", flush=True)  # fmt: skip
 
 
+def breakdown():
+    """Host cost of the steps of a repeated mm call (768^3 bf16, row-major B), each alone."""
+    M = 768
+    a, b = (torch.randn(M, M, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    out = impl.mm_launch(a, b)
+    impl.mm_launch(a, b)
+    key = impl._signature(a, b, None, None)
+    plan = impl._FAST_PLANS[key]
+    c = plan.compiled
+    stream = torch._C._cuda_getCurrentRawStream(0)
+    descs = plan._rebased_descriptors(a, b, out)
+    args = (*descs, out.data_ptr(), out.data_ptr(), out.data_ptr(), out.data_ptr(), *plan.mid, 1.0, 1.0,
+            *plan.consts)  # fmt: skip
+    steps = {
+        "signature": lambda: impl._signature(a, b, None, None),
+        "new_empty": lambda: a.new_empty((M, M)),
+        "rebase 3 descriptors": lambda: plan._rebased_descriptors(a, b, out),
+        "launcher call": lambda: c.run(plan.grid[0], 1, 1, stream, c.function, c.packed_metadata, None, None, None,
+                                       *args),
+        "plan.launch_direct": lambda: plan.launch_direct(a, b, out, None, 1.0, 1.0),
+        "mm_launch": lambda: impl.mm_launch(a, b),
+        "ops.mm": lambda: torch.ops.inductor_mm_plugin.mm(a, b),
+        "torch.mm": lambda: torch.mm(a, b),
+    }
+    for name, fn in steps.items():
+        print(f"breakdown {name:22s} {per_call_us(fn):6.2f} us/call", flush=True)
+
+
 def main():
+    breakdown()
     probe("fresh process")
     torch._dynamo.reset()
     f = torch.compile(lambda x, y: x @ y)

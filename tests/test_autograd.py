@@ -132,3 +132,25 @@ def test_launch_on_non_current_device():
         out = ops.mm(a, b)
     assert out.device == torch.device("cuda:1")
     assert_matmul_close(out, a, b)
+
+
+def test_autograd_kernel_records_a_graph_only_when_a_gradient_is_needed():
+    # The ops are registered with torch.library.Library and an autograd kernel of their own
+    # (ops/matmul.py says why): check what custom_op would have guaranteed.
+    for op in (ops.mm.default, ops.addmm.default, ops.bmm.default):
+        assert torch.Tag.pt2_compliant_tag in op.tags
+    a, b = _leaf(6, 4), _leaf(4, 3)
+    assert ops.mm(a, b).grad_fn is not None
+    with torch.no_grad():
+        assert ops.mm(a, b).grad_fn is None
+    assert ops.mm(a.detach(), b.detach()).grad_fn is None
+    bias = _leaf(3)
+    out = ops.addmm(bias.detach(), a.detach(), b, beta=0.5, alpha=2.0)
+    (grad_b,) = torch.autograd.grad(out.sum(), (b,))
+    assert_matmul_close(grad_b, 2.0 * a.detach().t(), torch.ones(6, 3))
+
+
+def test_double_backward_runs_on_the_ops():
+    a, b = _leaf(5, 4, dtype=torch.float64), _leaf(4, 3, dtype=torch.float64)
+    with pytest.warns(inductor_mm_plugin.KernelFallbackWarning):  # float64: aten, same graph
+        assert torch.autograd.gradgradcheck(lambda a, b: ops.mm(a, b), (a, b))
