@@ -75,8 +75,39 @@ def breakdown():
         "ops.mm": lambda: torch.ops.inductor_mm_plugin.mm(a, b),
         "torch.mm": lambda: torch.mm(a, b),
     }
+    steps.update(_launcher_steps(c, plan, stream, args))
     for name, fn in steps.items():
         print(f"breakdown {name:22s} {per_call_us(fn):6.2f} us/call", flush=True)
+
+
+def _launcher_steps(c, plan, stream, args):
+    """Inside Triton's launcher (triton 3.6 backends/nvidia/driver.py): the tensormap
+    encoding of each descriptor, the Python argument expansion, the C launch alone."""
+    try:
+        from triton.backends.nvidia import driver
+
+        inner = c.run.launch
+        cells = dict(zip(inner.__code__.co_freevars, (x.cell_contents for x in inner.__closure__)))
+        raw, metas = cells["launcher"], cells["tensordesc_meta"]
+        ndesc = len(cells["tensordesc_indices"])
+        base = (plan.grid[0], 1, 1, stream, c.function, c.run.launch_cooperative_grid, c.run.launch_pdl, None, None,
+                c.packed_metadata, None, None, None)  # fmt: skip
+        descs = args[:ndesc]
+
+        def encode():
+            return [x for d, m in zip(descs, metas) for x in driver.make_tensordesc_arg(d, m)]
+
+        expanded = encode()
+        rest = args[ndesc:]
+        print(f"breakdown launcher: {ndesc} descriptors, meta {metas}, scratch {c.run.global_scratch_size}")
+        return {
+            f"encode {ndesc} tensormaps": encode,
+            "inner (expand+launch)": lambda: inner(*base, *args),
+            "raw C launch, cached": lambda: raw(*base, *expanded, *rest),
+        }
+    except Exception as e:  # noqa: BLE001  (a probe: report and go on)
+        print(f"breakdown launcher internals unavailable: {type(e).__name__}: {e}")
+        return {}
 
 
 def main():

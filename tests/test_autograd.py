@@ -147,7 +147,7 @@ def test_autograd_kernel_records_a_graph_only_when_a_gradient_is_needed():
     bias = _leaf(3)
     out = ops.addmm(bias.detach(), a.detach(), b, beta=0.5, alpha=2.0)
     (grad_b,) = torch.autograd.grad(out.sum(), (b,))
-    assert_matmul_close(grad_b, 2.0 * a.detach().t(), torch.ones(6, 3))
+    assert_matmul_close(grad_b, 2.0 * a.detach().t(), torch.ones(6, 3, device=a.device))
 
 
 def test_double_backward_runs_on_the_ops():
