@@ -269,7 +269,8 @@ def test_direct_launch_passes_what_the_jit_launch_passes(monkeypatch, split_k):
     cfg = dataclasses.replace(INTERPRETER_TMA, split_k=split_k)
     a, b = operand(M, K, dt), operand(K, N, dt, transposed=True)
     plan = impl._launch(a, b, poisoned(M, N, dtype=dt), config=cfg)
-    plan.compiled = launcher = _RecordingLauncher()
+    launcher = _RecordingLauncher()
+    monkeypatch.setattr(plan, "compiled", launcher)  # the plan stays cached: restore it afterwards
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
     a2, b2, out2 = operand(M, K, dt), operand(K, N, dt, transposed=True), poisoned(M, N, dtype=dt)
     assert plan.launch_direct(a2, b2, out2, None, 2.0, 1.0)
@@ -288,11 +289,100 @@ def test_direct_launch_passes_what_the_jit_launch_passes(monkeypatch, split_k):
     assert passed[7:] == expected[7:]  # sizes, strides, alpha, beta, constexprs
 
 
+_BASE_ARGS_FORMAT_LEN = 13  # the fake launcher below reads this global, as triton 3.6's does
+
+
+def _fake_tensormap(desc, meta):
+    return [("tensormap", desc.base.data_ptr(), tuple(desc.block_shape), meta["swizzle"]), *desc.shape, *desc.strides]
+
+
+class _Triton36Launcher:
+    """The shape of triton 3.6's CudaLauncher (backends/nvidia/driver.py): ``__call__`` adds
+    the scratch arguments and calls ``launch``, a closure that expands each descriptor and
+    calls the C launcher (here: a recorder)."""
+
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid, launch_pdl = False, False
+
+    def __init__(self, n_descs):
+        self.calls = []
+        tensordesc_indices, tensordesc_meta = set(range(n_descs)), [{"swizzle": 3}] * n_descs
+        def launcher(*args):
+            self.calls.append(args)
+
+        def launch(*args):
+            final_args = list(args[:_BASE_ARGS_FORMAT_LEN])
+            tensordesc_idx = 0
+            for i, arg in enumerate(args[_BASE_ARGS_FORMAT_LEN:]):
+                if i in tensordesc_indices:
+                    final_args.extend(_fake_tensormap(arg, tensordesc_meta[tensordesc_idx]))
+                    tensordesc_idx += 1
+                else:
+                    final_args.append(arg)
+            return launcher(*final_args)
+
+        self.launch = launch
+
+    def __call__(self, gx, gy, gz, stream, function, *args):
+        self.launch(gx, gy, gz, stream, function, False, False, None, None, *args)
+
+
+@pytest.mark.parametrize("c_tma", [True, False])
+def test_raw_launch_passes_what_triton36s_launcher_passes(monkeypatch, c_tma):
+    # Triton 3.6's launcher is bypassed down to its C launcher, with each operand's tensormap
+    # encoding cached by data pointer: the C launcher must see exactly the arguments the
+    # whole launcher would have given it for the JIT path's arguments.
+    dt = torch.float16
+    M, N, K = 40, 48, 256
+    a, b = operand(M, K, dt), operand(K, N, dt, transposed=True)
+    out = poisoned(M, N, dtype=dt) if c_tma else poisoned(N, M, dtype=dt).t()
+    plan = impl._launch(a, b, out, config=INTERPRETER_TMA)
+    assert plan.cfg.split_k == 1 and plan.c_tma == c_tma
+    compiled = _RecordingLauncher()
+    compiled.run = _Triton36Launcher(3 if c_tma else 2)
+    for name, value in (("compiled", compiled), ("raw", None), ("encoded", {})):
+        monkeypatch.setattr(plan, name, value)  # the plan stays cached: restore it afterwards
+    encodes = []
+    monkeypatch.setattr(impl, "_DIRECT_LAUNCH", True)
+    monkeypatch.setattr(impl, "_tensormap_args", lambda d, m: encodes.append(d) or _fake_tensormap(d, m))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+
+    def ptrs(args):  # the JIT path passes tensors where the direct launch passes their pointers
+        return tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x for x in args)
+
+    a2, b2 = operand(M, K, dt), operand(K, N, dt, transposed=True)
+    out2 = poisoned(M, N, dtype=dt) if c_tma else poisoned(N, M, dtype=dt).t()
+    compiled.run(plan.grid[0], 1, 1, 7, "function", "metadata", None, None, None, *plan.args(a2, b2, out2, None, 2.0, 1.0))
+    assert plan.launch_direct(a2, b2, out2, None, 2.0, 1.0)
+    via_launcher, raw = compiled.run.calls
+    assert raw == ptrs(via_launcher)
+    assert len(encodes) == (3 if c_tma else 2)
+    assert plan.launch_direct(a2, b2, out2, None, 2.0, 1.0)  # same pointers: no new encoding
+    assert len(encodes) == (3 if c_tma else 2) and compiled.run.calls[-1] == raw
+    a3 = operand(M, K, dt)
+    assert plan.launch_direct(a3, b2, out2, None, 2.0, 1.0)  # a new A: its tensormap only
+    assert len(encodes) == (4 if c_tma else 3) and encodes[-1].base is a3
+    assert compiled.run.calls[-1][13][1] == a3.data_ptr()
+    assert not any(isinstance(x, torch.Tensor) for v in plan.encoded.values() for x in v)
+
+
+def test_raw_launch_only_for_triton36s_launcher():
+    plan = impl._launch(operand(40, 64, torch.float16), operand(64, 48, torch.float16), poisoned(40, 48, dtype=torch.float16))
+    compiled = _RecordingLauncher()
+    compiled.run = _Triton36Launcher(3)
+    assert impl._raw_launcher(compiled, 3) is not None
+    assert impl._raw_launcher(compiled, 2) is None  # descriptors elsewhere than expected
+    compiled.run.global_scratch_size = 64
+    assert impl._raw_launcher(compiled, 3) is None  # it would need scratch memory
+    assert impl._raw_launcher(_RecordingLauncher(), 3) is None  # no closure to look into
+    assert plan.raw is None
+
+
 def test_direct_launch_that_the_launcher_rejects_falls_back(monkeypatch):
     dt = torch.float16
     a, b = operand(40, 64, dt), operand(64, 48, dt)
     plan = impl._launch(a, b, poisoned(40, 48, dtype=dt))
-    plan.compiled = _RecordingLauncher(error=TypeError("launcher changed its calling convention"))
+    monkeypatch.setattr(plan, "compiled", _RecordingLauncher(error=TypeError("launcher changed its calling convention")))
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
     monkeypatch.setattr(impl, "_DIRECT_LAUNCH", True)
     with pytest.warns(RuntimeWarning, match="direct kernel launch failed"):

@@ -333,13 +333,15 @@ class _Plan:
     """
 
     __slots__ = ("cfg", "problem", "layout", "grid", "num_tiles", "compiled", "consts", "device", "mid", "has_bias",
-                 "c_tma", "descs")  # fmt: skip
+                 "c_tma", "descs", "raw", "encoded")  # fmt: skip
 
     def __init__(self, problem: Problem, cfg: MatmulConfig, layout, flags: dict, device: torch.device):
         self.problem, self.cfg, self.layout, self.device = problem, cfg, layout, device
         self.compiled = None
         self.mid = None
         self.descs = None
+        self.raw = None  # (C launcher, tensormap metadata, flags) once looked up; False: not available
+        self.encoded = {}  # (operand slot, data pointer) -> its expanded tensormap arguments
         self.c_tma = False
         self.has_bias = flags["HAS_BIAS"]
         p = problem
@@ -449,15 +451,16 @@ class _Plan:
             self.compiled = compiled
 
     def launch_direct(self, a, b, out, bias, alpha, beta) -> bool:
-        """Launch through the compiled kernel's launcher, pointers as integers (the TMA
-        descriptors' bases stay tensors: the launcher encodes each descriptor from them).
+        """Launch through the compiled kernel's launcher, pointers as integers.
 
         Triton's own launch (JITFunction.run, triton 3.6 runtime/jit.py) ends in this same
         call after binding and specializing the arguments, which the plan has done once:
         same kernel, same arguments, no launch metadata. Integer pointers also skip the
-        launcher's per-argument ``data_ptr()`` call and pointer-attribute query; the TMA
-        descriptors are the first call's, rebased. Returns False (nothing launched) if the
-        launcher rejects the call.
+        launcher's per-argument ``data_ptr()`` call and pointer-attribute query. The TMA
+        kernel goes one level further down where the launcher is triton 3.6's (``_raw_launcher``):
+        straight to the C launcher, with each operand's encoded tensormap cached by data
+        pointer; elsewhere it passes the first call's descriptors, rebased. Returns False
+        (nothing launched) if the launcher rejects the call.
         """
         compiled = self.compiled
         stream = torch._C._cuda_getCurrentRawStream(self.device.index)
@@ -469,8 +472,17 @@ class _Plan:
                 if self.cfg.split_k > 1:
                     ws, locks = self._split_k_buffers(self.device)  # alive until the launch returns
                     pws, plocks = ws.data_ptr(), locks.data_ptr()
-                descs = self._rebased_descriptors(a, b, out)
-                args = (*descs, pout, pbias, pws, plocks, *self.mid, float(alpha), float(beta), *self.consts)
+                tail = (pout, pbias, pws, plocks, *self.mid, float(alpha), float(beta), *self.consts)
+                if self.raw is None:
+                    self.raw = _raw_launcher(compiled, 3 if self.c_tma else 2) or False
+                if self.raw:
+                    launcher, _, (cooperative, pdl) = self.raw
+                    c_args = self._tensormap(2, out) if self.c_tma else (pout,)
+                    launcher(self.grid[0], 1, 1, stream, compiled.function, cooperative, pdl, None, None,
+                             compiled.packed_metadata, None, None, None,
+                             *self._tensormap(0, a), *self._tensormap(1, b), *c_args, *tail)  # fmt: skip
+                    return True
+                args = (*self._rebased_descriptors(a, b, out), *tail)
             else:
                 args = (a.data_ptr(), b.data_ptr(), pout, pbias, *self.mid, float(alpha), float(beta), *self.consts)
             compiled.run(self.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
@@ -481,6 +493,19 @@ class _Plan:
             _disable_direct_launch(e)
             return False
         return True
+
+    def _tensormap(self, slot: int, t: torch.Tensor) -> tuple:
+        """Operand ``slot``'s descriptor over ``t`` as the C launcher takes it: the encoded
+        tensormap, shape and strides. Everything but the base is fixed by the plan, so the
+        encoding is cached by data pointer (no tensor is kept)."""
+        key = (slot, t.data_ptr())
+        args = self.encoded.get(key)
+        if args is None:
+            if len(self.encoded) >= 32:
+                self.encoded.clear()
+            desc = _rebased(self.descs[slot], t)
+            args = self.encoded[key] = tuple(_tensormap_args(desc, self.raw[1][slot]))
+        return args
 
     def compile(self, a, b, out, bias):
         """Compile without launching (fills Triton's disk cache)."""
@@ -495,6 +520,46 @@ def _rebased(desc: TensorDescriptor, base) -> TensorDescriptor:
     copy.__dict__.update(desc.__dict__)
     copy.base = base
     return copy
+
+
+# Triton 3.6's launcher (backends/nvidia/driver.py) has three layers: CudaLauncher.__call__
+# allocates scratch memory (this kernel needs none) and calls ``launch``, a Python closure
+# that expands every TensorDescriptor argument into an encoded tensormap
+# (cuTensorMapEncodeTiled) plus shape and strides, then calls the C launcher. On the H200's
+# host (bench/host_overhead.py) the whole call took 19 us, the C launcher alone 5.3 us and
+# encoding three tensormaps 3.9 us. The raw path calls the C launcher directly with cached
+# encodings: a loop's tensors mostly come back at the same addresses from the caching
+# allocator, and a weight never moves. It is taken only where the closure has 3.6's exact
+# shape (triton 3.7 passes the kernel arguments as one list: there the rebased
+# descriptors go through ``compiled.run`` as before).
+
+
+def _raw_launcher(compiled, n_descs: int):
+    """(C launcher, tensormap metadata, (cooperative, pdl)) of a compiled kernel whose first
+    ``n_descs`` arguments are TMA descriptors, if its launcher is triton 3.6's; else None."""
+    try:
+        run = compiled.run
+        code, closure = run.launch.__code__, run.launch.__closure__
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in closure)))
+        if (
+            "_BASE_ARGS_FORMAT_LEN" in code.co_names
+            and sorted(cells["tensordesc_indices"]) == list(range(n_descs))
+            and len(cells["tensordesc_meta"]) == n_descs
+            and all(isinstance(m, dict) for m in cells["tensordesc_meta"])
+            and run.global_scratch_size == 0
+            and run.profile_scratch_size == 0
+        ):
+            return cells["launcher"], tuple(cells["tensordesc_meta"]), (run.launch_cooperative_grid, run.launch_pdl)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        pass
+    return None
+
+
+def _tensormap_args(desc: TensorDescriptor, meta: dict) -> list:
+    """What Triton 3.6's launcher passes the C launcher for one descriptor."""
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+
+    return make_tensordesc_arg(desc, meta)
 
 
 def _disable_direct_launch(err: Exception) -> None:
