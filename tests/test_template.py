@@ -16,9 +16,10 @@ from torch.testing import FileCheck
 from inductor_mm_plugin.inductor import template
 from inductor_mm_plugin.inductor.routing import record_sites
 from inductor_mm_plugin.kernels import configs
-from inductor_mm_plugin.kernels.matmul import _matmul_kernel
-from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile, _tile_coords
+from inductor_mm_plugin.kernels.matmul import _matmul_kernel, _tile_coords
+from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile
 from inductor_mm_plugin.ops.matmul import _Plan
+
 
 def compile_code(fn, *args, **compile_kwargs):
     torch._dynamo.reset()
@@ -33,7 +34,7 @@ def compile_code(fn, *args, **compile_kwargs):
 def test_template_mirrors_the_eager_kernel():
     """The template's tile algorithm is the eager kernel's, line for line (drift fails here;
     the GPU test below checks they agree bit for bit)."""
-    kernel = inspect.getsource(getattr(_matmul_kernel, "fn", _matmul_kernel))  # JIT or interpreter wrapper
+    kernel = _source(_matmul_kernel) + _source(_tile_coords)
     lines = [
         "num_pid_m = tl.cdiv(M, BLOCK_M)",
         "group_size_m = min(num_pid_m - first_m, GROUP_M)",

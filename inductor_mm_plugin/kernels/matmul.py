@@ -75,6 +75,18 @@ def interpreter_defect() -> str | None:
 
 
 @triton.jit
+def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    # Grouped order: GROUP_M row-tiles in a row share the same B column panel in L2.
+    tiles_per_group = GROUP_M * num_pid_n
+    group_id = tile // tiles_per_group
+    first_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + ((tile % tiles_per_group) % group_size_m)
+    pid_n = (tile % tiles_per_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
 def _matmul_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr,
     M, N, K,
@@ -96,13 +108,7 @@ def _matmul_kernel(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     tiles_per_batch = num_pid_m * num_pid_n
     pid_b = pid // tiles_per_batch
-    tile = pid % tiles_per_batch
-    tiles_per_group = GROUP_M * num_pid_n
-    group_id = tile // tiles_per_group
-    first_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((tile % tiles_per_group) % group_size_m)
-    pid_n = (tile % tiles_per_group) // group_size_m
+    pid_m, pid_n = _tile_coords(pid % tiles_per_batch, num_pid_m, num_pid_n, GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

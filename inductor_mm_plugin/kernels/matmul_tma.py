@@ -61,17 +61,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    # Grouped order: GROUP_M row-tiles in a row share the same B column panel in L2.
-    tiles_per_group = GROUP_M * num_pid_n
-    group_id = tile // tiles_per_group
-    first_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((tile % tiles_per_group) % group_size_m)
-    pid_n = (tile % tiles_per_group) // group_size_m
-    return pid_m, pid_n
+from .matmul import _tile_coords  # the grouped tile order, shared with the pointer kernel
 
 
 @triton.jit
