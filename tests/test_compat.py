@@ -47,3 +47,11 @@ def test_dynamo_frame_locals_inside_a_trace():
     torch._dynamo.reset()
     torch.compile(lambda marker_arg: marker_arg + 1, backend=backend)(torch.ones(2))
     assert "marker_arg" in seen
+
+
+def test_private_torch_c_names_the_ops_layer_uses():
+    # ops/matmul.py: the autograd kernels run the op below autograd as torch's own
+    # register_autograd does; the direct launch reads the current CUDA stream's handle.
+    assert callable(torch._C._AutoDispatchBelowAutograd)
+    if torch.cuda.is_available():
+        assert callable(torch._C._cuda_getCurrentRawStream)

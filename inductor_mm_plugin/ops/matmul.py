@@ -982,20 +982,18 @@ def _needs_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-# ``_AutoDispatchBelowAutograd`` is how torch's own register_autograd kernels
-# (torch/_library/autograd.py) run an op below autograd; a public spelling does not exist.
-def _mm_autograd(a, b):
-    if _needs_grad(a, b):
-        return _MatmulFunction.apply(_MM, a, b)
-    with torch._C._AutoDispatchBelowAutograd():
-        return _MM(a, b)
+# The autograd kernels. ``_AutoDispatchBelowAutograd`` is how torch's own register_autograd
+# kernels (torch/_library/autograd.py) run an op below autograd; no public spelling exists.
 
 
-def _bmm_autograd(a, b):
-    if _needs_grad(a, b):
-        return _MatmulFunction.apply(_BMM, a, b)
-    with torch._C._AutoDispatchBelowAutograd():
-        return _BMM(a, b)
+def _matmul_autograd(op):
+    def kernel(a, b):
+        if _needs_grad(a, b):
+            return _MatmulFunction.apply(op, a, b)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(a, b)
+
+    return kernel
 
 
 def _addmm_autograd(bias, a, b, *, beta=1, alpha=1):
@@ -1005,6 +1003,6 @@ def _addmm_autograd(bias, a, b, *, beta=1, alpha=1):
         return _ADDMM(bias, a, b, beta=beta, alpha=alpha)
 
 
-_LIB.impl("mm", _mm_autograd, "Autograd")
+_LIB.impl("mm", _matmul_autograd(_MM), "Autograd")
 _LIB.impl("addmm", _addmm_autograd, "Autograd")
-_LIB.impl("bmm", _bmm_autograd, "Autograd")
+_LIB.impl("bmm", _matmul_autograd(_BMM), "Autograd")
