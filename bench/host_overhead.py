@@ -75,6 +75,11 @@ def breakdown():
         "ops.mm": lambda: torch.ops.inductor_mm_plugin.mm(a, b),
         "torch.mm": lambda: torch.mm(a, b),
     }
+    # A batched call (attention's p @ v shape at sequence 1024): the same fast path.
+    p, v = torch.randn(8, 256, 1024, device="cuda", dtype=torch.bfloat16), torch.randn(8, 1024, 128, device="cuda",
+                                                                                       dtype=torch.bfloat16)
+    steps["ops.bmm 8x256x128x1024"] = lambda: torch.ops.inductor_mm_plugin.bmm(p, v)
+    steps["torch.bmm 8x256x128x1024"] = lambda: torch.bmm(p, v)
     steps.update(_launcher_steps(c, plan, stream, args))
     for name, fn in steps.items():
         print(f"breakdown {name:22s} {per_call_us(fn):6.2f} us/call", flush=True)

@@ -390,11 +390,11 @@ def test_direct_launch_that_the_launcher_rejects_falls_back(monkeypatch):
     assert impl._DIRECT_LAUNCH is False  # Triton's own launch from now on
 
 
-def test_launch_matmul_takes_batch_one_as_one_matrix():
+def test_launch_takes_batch_one_as_one_matrix():
     dt = torch.float16
     a, b = randn(1, 32, 48, dtype=dt), randn(1, 48, 16, dtype=dt)
     out = poisoned(1, 32, 16, dtype=dt)
-    impl.launch_matmul(a, b, out)
+    impl._launch(a, b, out)
     assert_matmul_close(out, a, b)
     assert impl.chosen_config(a[0], b[0]).kernel == "tma"
 
@@ -471,6 +471,27 @@ def test_config_json_round_trip_and_validation():
 
 
 # -------------------------------------------------------------------------- GPU only
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch,M,N,K,b_t", [(1, 256, 512, 128, False), (6, 256, 128, 1024, False),
+                                             (6, 96, 200, 64, True), (4, 77, 50, 33, False)])  # fmt: skip
+def test_repeated_bmm_takes_the_direct_launch(batch, M, N, K, b_t):
+    # The first call plans (a batch of one on 2-D views); the next ones launch that plan
+    # directly on new data, into poisoned outputs, and must match a fresh reference.
+    dt = torch.bfloat16
+    a = randn(batch, M, K, dtype=dt)
+    b = randn(batch, N, K, dtype=dt).mT if b_t else randn(batch, K, N, dtype=dt)
+    for i in range(3):
+        a.normal_()
+        b.normal_()
+        out = impl.bmm_launch(a, b, out=poisoned(batch, M, N, dtype=dt))
+        assert_matmul_close(out, a, b)
+        if i == 0:
+            assert any(key[-1] == "bmm" for key in impl._FAST_PLANS)
+    fresh = impl.bmm_launch(a, b)  # no out: a new tensor per call
+    assert fresh.shape == (batch, M, N) and fresh.is_contiguous()
+    assert_matmul_close(fresh, a, b)
 
 
 @pytest.mark.gpu

@@ -688,26 +688,6 @@ def _launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=
     return plan
 
 
-def launch_matmul(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    out: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    *,
-    beta: float = 1.0,
-    alpha: float = 1.0,
-) -> torch.Tensor:
-    """Run the kernel on 3-D views: out[i] = alpha * a[i] @ b[i] (+ beta * bias[i]).
-
-    ``bias``, when given, is already expanded to ``out``'s shape (stride 0 where broadcast).
-    No checks here: callers validate first.
-    """
-    if out.numel() == 0:
-        return out
-    _launch(a, b, out, bias, beta, alpha)
-    return out
-
-
 def _candidates_for(a: torch.Tensor, b: torch.Tensor) -> list[MatmulConfig]:
     """What autotuning would time for ``mm(a, b)`` (benchmarks precompile these in parallel)."""
     out = a.new_empty((a.shape[0], b.shape[1]))
@@ -858,14 +838,27 @@ def addmm_launch(
 
 
 def bmm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    key = None
+    if a.is_cuda:
+        key = _signature(a, b, out, "bmm")
+        plan = _FAST_PLANS.get(key)
+        if plan is not None:
+            res = a.new_empty((a.shape[0], a.shape[1], b.shape[2])) if out is None else out
+            # The plan of a batch of one was made on 2-D views (see _launch).
+            views = (a[0], b[0], res[0]) if a.shape[0] == 1 else (a, b, res)
+            if _run_direct(plan, *views, None, 1.0, 1.0):
+                return res
     check_bmm_args("inductor_mm_plugin.bmm", a, b)
     reason = kernel_unsupported_reason(a, b)
     if reason is not None:
         _warn_fallback("inductor_mm_plugin.bmm", reason)
         return torch.bmm(a, b).contiguous()
-    out = a.new_empty((a.shape[0], a.shape[1], b.shape[2])) if out is None else out
-    launch_matmul(a, b, out)
-    return out
+    res = a.new_empty((a.shape[0], a.shape[1], b.shape[2])) if out is None else out
+    if res.numel():
+        plan = _launch(a, b, res)
+        if key is not None:
+            _remember(key, plan)
+    return res
 
 
 # -------------------------------------------------------------------------------- ops
