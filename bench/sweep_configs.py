@@ -127,6 +127,12 @@ GROUPS = {
         shapes=[(m, n, k) for m in (1, 8, 16, 32, 64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
         dtype="bf16", layouts=["row", "linear"], graph=True, configs=None,
     ),
+    # Decode shapes outside issue 5's table (Llama-2 MLP, GQA projections), for the heuristic's
+    # rules between its measured points.
+    "skinny_more": dict(
+        shapes=[(m, n, k) for m in (1, 16, 64) for n, k in [(11008, 4096), (4096, 11008), (6144, 4096), (1024, 4096)]],
+        dtype="bf16", layouts=["linear"], graph=True, configs=None,
+    ),
 }  # fmt: skip
 
 
