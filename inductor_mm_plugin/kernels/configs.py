@@ -261,13 +261,18 @@ def _heuristic_tma(p: Problem) -> MatmulConfig:
 def _heuristic_skinny(p: Problem) -> MatmulConfig:
     """M <= 128: reading B is the cost; what matters is spreading it evenly over the SMs
     with enough bytes in flight, in one wave of about one work item per SM. Measured under
-    CUDA graphs with host-side descriptors (bench/sweep_configs.py, 2026-11-29, bf16, both
-    B layouts; ratios cuBLAS / plugin, the runner-up in brackets):
+    CUDA graphs with host-side descriptors (bench/sweep_configs.py groups skinny and
+    skinny_more, 2026-11-29, bf16; ratios cuBLAS / plugin, the runner-up in brackets):
 
-    * N = 14336 (112 tiles of 128): BLOCK_N 128, no split: 0.91-1.08 (BLOCK_N 64: 0.84-0.97);
-    * K = 14336, N = 4096: BLOCK_N 32 without a split for 1 < M <= 16 and M = 64:
-      1.01-1.05 (BLOCK_N 64 split 2: 0.96-1.02); for M = 1 BLOCK_N 64 split 2: 0.96 (32
-      unsplit: 0.90); BLOCK_N 64 split 2 for M = 32 and 128: 0.92-0.99;
+    * the widest BLOCK_N, unsplit, whose tiles fill at least 55% of the SMs in one wave:
+      N = 14336 and 11008 take BLOCK_N 128 (112 and 86 tiles): 0.91-1.08 (BLOCK_N 32 at
+      11008: 0.80-0.85); N = 6144 takes BLOCK_N 64 (96 tiles): 0.88-1.02 (BLOCK_N 32, 192
+      tiles: 0.59-0.75);
+    * N too narrow for that even with BLOCK_N 32 (N = 1024): split K up to 4 ways to fill
+      the SMs: 0.83-0.85 (unsplit: 0.69-0.78);
+    * N = 4096 (BLOCK_N 32, 128 tiles) with K = 11008 or 14336: unsplit for 1 < M <= 16 and
+      M = 64: 1.01-1.06 (BLOCK_N 64 split 2: 0.96-1.02); for M = 1 BLOCK_N 64 split 2: 0.96
+      (32 unsplit: 0.90); BLOCK_N 64 split 2 for M = 32 and 128: 0.92-0.99;
     * N = K = 4096 (about 10 us): BLOCK_N 128 split 4 for M <= 8: 0.85-0.98 (64 split 2:
       0.81-0.89); BLOCK_N 64 split 2 for M = 16, 32: 0.91-0.95 (32 unsplit: 0.81-0.90);
       BLOCK_N 32 unsplit for M = 64, 128: 0.81-1.03 (64 unsplit: 0.77-0.90).
@@ -277,12 +282,21 @@ def _heuristic_skinny(p: Problem) -> MatmulConfig:
     """
     bm = max(16, _pow2_ceil(p.M))
     m_tiles = _cdiv(p.M, bm) * p.batch
+    fill = p.num_sms * 11 // 20  # 55% of the SMs
+
+    def items(bn: int, split: int = 1) -> int:
+        return _cdiv(p.N, bn) * m_tiles * split
 
     def one_wave(bn: int, split: int) -> bool:  # at most ~one work item per SM, every slice real
-        return _cdiv(p.N, bn) * m_tiles * split <= p.num_sms * 11 // 10 and useful_split(p.K, 256, split)
+        return items(bn, split) <= p.num_sms * 11 // 10 and useful_split(p.K, 256, split)
 
-    if _cdiv(p.N, 128) * m_tiles * 4 >= 3 * p.num_sms:
+    if items(128) >= fill:
         bn, split = 128, 1
+    elif items(64) >= fill:
+        bn, split = 64, 1
+    elif items(32) < fill:
+        bn = 32
+        split = next((s for s in (4, 3, 2) if one_wave(32, s)), 1)
     elif p.K >= 8192:
         if bm == 16 and p.M > 1 or bm == 64:
             bn, split = 32, 1
