@@ -773,11 +773,16 @@ def _signature(a, b, out, extra):
     )  # fmt: skip
 
 
-def _remember(key, plan) -> None:
-    if plan.compiled is not None:
-        if len(_FAST_PLANS) >= _MAX_PLANS:
-            _FAST_PLANS.clear()
-        _FAST_PLANS[key] = plan
+def _launch_and_remember(key, a, b, res, bias=None, beta=1.0, alpha=1.0) -> torch.Tensor:
+    """The checked path: plan and launch (nothing to launch for an empty output), then
+    remember the plan for the call signature ``key`` (None: no fast path, e.g. on the CPU)."""
+    if res.numel():
+        plan = _launch(a, b, res, bias, beta, alpha)
+        if key is not None and plan.compiled is not None:
+            if len(_FAST_PLANS) >= _MAX_PLANS:
+                _FAST_PLANS.clear()
+            _FAST_PLANS[key] = plan
+    return res
 
 
 def _run_direct(plan, a, b, out, bias, alpha, beta) -> bool:
@@ -804,11 +809,7 @@ def mm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None)
         _warn_fallback("inductor_mm_plugin.mm", reason)
         return torch.mm(a, b).contiguous()
     res = a.new_empty((a.shape[0], b.shape[1])) if out is None else out
-    if res.numel():
-        plan = _launch(a, b, res)
-        if key is not None:
-            _remember(key, plan)
-    return res
+    return _launch_and_remember(key, a, b, res)
 
 
 def addmm_launch(
@@ -830,11 +831,7 @@ def addmm_launch(
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha).contiguous()
     M, N = a.shape[0], b.shape[1]
     res = a.new_empty((M, N)) if out is None else out
-    if res.numel():
-        plan = _launch(a, b, res, bias.expand(M, N), beta, alpha)
-        if key is not None:
-            _remember(key, plan)
-    return res
+    return _launch_and_remember(key, a, b, res, bias.expand(M, N), beta, alpha)
 
 
 def bmm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -854,11 +851,7 @@ def bmm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
         _warn_fallback("inductor_mm_plugin.bmm", reason)
         return torch.bmm(a, b).contiguous()
     res = a.new_empty((a.shape[0], a.shape[1], b.shape[2])) if out is None else out
-    if res.numel():
-        plan = _launch(a, b, res)
-        if key is not None:
-            _remember(key, plan)
-    return res
+    return _launch_and_remember(key, a, b, res)
 
 
 # -------------------------------------------------------------------------------- ops
