@@ -308,23 +308,21 @@ def _heuristic_skinny(p: Problem) -> MatmulConfig:
         bn, split = 64, 2
     else:
         bn, split = 32, 1
-    # 256-wide K steps while 3 stages of them fit (measured with M <= 32), else 128.
-    bk = 256 if fits(MatmulConfig("tma", bm, bn, 256, 1, 4, 3), p.elem_bytes) and bm < 64 else 128
+    return _skinny_config(p, bm, bn, split)
+
+
+def _skinny_config(p: Problem, bm: int, bn: int, split: int) -> MatmulConfig:
+    """A skinny tile: four warps, no grouping, as many stages (up to 6) as fit, and 256-wide
+    K steps while 3 stages of them fit (measured with M <= 32), else 128."""
+    bk = 256 if bm < 64 and fits(MatmulConfig("tma", bm, bn, 256, 1, 4, 3), p.elem_bytes) else 128
     cfg = MatmulConfig("tma", bm, bn, bk, 1, 4, 6, split_k=split, flatten=split == 1)
     return deepest(cfg, p.elem_bytes, 6)
 
 
 def skinny_candidates(p: Problem) -> list[MatmulConfig]:
     bm = max(16, _pow2_ceil(p.M))
-    out = []
-    for bn in (32, 64, 128):
-        for split in (1, 2, 4):
-            bk = 256 if bm < 64 and fits(MatmulConfig("tma", bm, bn, 256, 1, 4, 3), p.elem_bytes) else 128
-            if not useful_split(p.K, bk, split):
-                continue
-            cfg = MatmulConfig("tma", bm, bn, bk, 1, 4, 6, split_k=split, flatten=split == 1)
-            out.append(deepest(cfg, p.elem_bytes, 6))
-    return out
+    cands = (_skinny_config(p, bm, bn, split) for bn in (32, 64, 128) for split in (1, 2, 4))
+    return [c for c in cands if useful_split(p.K, c.block_k, c.split_k)]
 
 
 def skinny_cost_us(p: Problem, cfg: MatmulConfig) -> float:
