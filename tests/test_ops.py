@@ -108,10 +108,10 @@ def test_fp32_input_precision_follows_allow_tf32(monkeypatch):
 
     monkeypatch.setattr(impl, "interpreting", lambda: False)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    assert impl._input_precision(torch.float32) == "tf32"
-    assert impl._input_precision(torch.bfloat16) == "ieee"
+    assert impl.input_precision(torch.float32) == "tf32"
+    assert impl.input_precision(torch.bfloat16) == "ieee"
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    assert impl._input_precision(torch.float32) == "ieee"
+    assert impl.input_precision(torch.float32) == "ieee"
 
 
 @pytest.mark.gpu

@@ -39,6 +39,7 @@ import torch
 
 from ..kernels import configs
 from ..kernels.configs import MatmulConfig
+from ..ops.matmul import input_precision  # TF32 exactly when torch allows it, as in eager
 from . import compat
 
 TEMPLATE_NAME = "inductor_mm_plugin_mm"
@@ -204,10 +205,6 @@ def heuristic_config(m: int, n: int, k: int, elem_bytes: int) -> MatmulConfig:
 
 # The pipelined A and B tiles must fit shared memory (the pointer kernel's rule).
 fits = configs.fits
-
-
-def input_precision(dtype: torch.dtype) -> str:
-    return "tf32" if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 else "ieee"
 
 
 _templates: dict[str, object] = {}

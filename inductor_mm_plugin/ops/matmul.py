@@ -175,7 +175,9 @@ def _device_guard(device: torch.device):
     return torch.cuda.device(device)
 
 
-def _input_precision(dtype: torch.dtype) -> str:
+def input_precision(dtype: torch.dtype) -> str:
+    """The dot's precision: TF32 for fp32 exactly when torch allows it (the eager kernels and
+    the Inductor templates alike); the interpreter has only IEEE."""
     if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 and not interpreting():
         return "tf32"
     return "ieee"
@@ -243,7 +245,7 @@ def pointer_kernel_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
     if operands is None:
         return "its operands are not TMA-readable (rows not 16-byte aligned or batches not stacked): the pointer kernel"
     (a_kmajor, _), (b_kmajor, _) = operands
-    if _tf32_a_from_registers((a_kmajor, None, b_kmajor), _input_precision(a.dtype)):
+    if _tf32_a_from_registers((a_kmajor, None, b_kmajor), input_precision(a.dtype)):
         return "TF32 with an M-major A and a K-major B: the pointer kernel"
     M, K = a.shape[-2:]
     batch = a.shape[0] if a.dim() == 3 else 1
@@ -660,7 +662,7 @@ def _launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=
                 HAS_BIAS=has_bias,
                 BIAS_MODE=_bias_mode(bias) if has_bias else "mn",
                 SCALE_ACC=alpha != 1,
-                INPUT_PRECISION=_input_precision(a.dtype),
+                INPUT_PRECISION=input_precision(a.dtype),
                 INTERPRETER_BF16=interpreter_bf16,
             )
             # The TMA kernel's bias has no batch stride: a batched bias takes the pointer kernel.
@@ -691,7 +693,7 @@ def _launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=
 def _candidates_for(a: torch.Tensor, b: torch.Tensor) -> list[MatmulConfig]:
     """What autotuning would time for ``mm(a, b)`` (benchmarks precompile these in parallel)."""
     out = a.new_empty((a.shape[0], b.shape[1]))
-    problem = _problem(a, b, out, _tma_layout(a, b, out), False, _input_precision(a.dtype))
+    problem = _problem(a, b, out, _tma_layout(a, b, out), False, input_precision(a.dtype))
     return candidate_configs(problem, interpreting())
 
 
