@@ -87,32 +87,27 @@ def breakdown():
 
 def _launcher_steps(c, plan, stream, args):
     """Inside Triton's launcher (triton 3.6 backends/nvidia/driver.py): the tensormap
-    encoding of each descriptor, the Python argument expansion, the C launch alone."""
-    try:
-        from triton.backends.nvidia import driver
-
-        inner = c.run.launch
-        cells = dict(zip(inner.__code__.co_freevars, (x.cell_contents for x in inner.__closure__)))
-        raw, metas = cells["launcher"], cells["tensordesc_meta"]
-        ndesc = len(cells["tensordesc_indices"])
-        base = (plan.grid[0], 1, 1, stream, c.function, c.run.launch_cooperative_grid, c.run.launch_pdl, None, None,
-                c.packed_metadata, None, None, None)  # fmt: skip
-        descs = args[:ndesc]
-
-        def encode():
-            return [x for d, m in zip(descs, metas) for x in driver.make_tensordesc_arg(d, m)]
-
-        expanded = encode()
-        rest = args[ndesc:]
-        print(f"breakdown launcher: {ndesc} descriptors, meta {metas}, scratch {c.run.global_scratch_size}")
-        return {
-            f"encode {ndesc} tensormaps": encode,
-            "inner (expand+launch)": lambda: inner(*base, *args),
-            "raw C launch, cached": lambda: raw(*base, *expanded, *rest),
-        }
-    except Exception as e:  # noqa: BLE001  (a probe: report and go on)
-        print(f"breakdown launcher internals unavailable: {type(e).__name__}: {e}")
+    encoding of each descriptor, the Python argument expansion, the C launch alone (found
+    the way the plugin's raw launch finds it, ``_raw_launcher``)."""
+    ndesc = 3 if plan.c_tma else 2
+    raw = impl._raw_launcher(c, ndesc)
+    if not raw:
+        print("breakdown launcher internals unavailable: not triton 3.6's launcher")
         return {}
+    launcher, metas, (cooperative, pdl) = raw
+    base = (plan.grid[0], 1, 1, stream, c.function, cooperative, pdl, None, None, c.packed_metadata, None, None, None)
+    descs, rest = args[:ndesc], args[ndesc:]
+
+    def encode():
+        return [x for d, m in zip(descs, metas) for x in impl._tensormap_args(d, m)]
+
+    expanded = encode()
+    print(f"breakdown launcher: {ndesc} descriptors, meta {metas}, scratch {c.run.global_scratch_size}")
+    return {
+        f"encode {ndesc} tensormaps": encode,
+        "inner (expand+launch)": lambda: c.run.launch(*base, *args),
+        "raw C launch, cached": lambda: launcher(*base, *expanded, *rest),
+    }
 
 
 def main():
