@@ -34,11 +34,14 @@ the lowering uses the extern kernel.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 
 import torch
 
 from ..kernels import configs
 from ..kernels.configs import MatmulConfig
+from ..kernels.matmul import _tile_coords
 from ..ops.matmul import input_precision  # TF32 exactly when torch allows it, as in eager
 from . import compat
 
@@ -47,7 +50,8 @@ TMA_TEMPLATE_NAME = "inductor_mm_plugin_mm_tma"
 
 # Inductor's template language: def_kernel declares the inputs, size/stride read their
 # (possibly symbolic) sizes and strides, store_output stores the tile and appends any fused
-# epilogue. The rest is the plugin's kernel, line for line. Both templates open alike:
+# epilogue. The rest is the plugin's kernel, line for line, its grouped tile order inlined
+# from the kernels' own _tile_coords (TILE_COORDS below). Both templates open alike:
 _PROLOGUE = r"""
 {{DEF_KERNEL}}
     # inductor_mm_plugin template: WHAT
@@ -62,7 +66,23 @@ def _prologue(what: str, def_kernel: str = 'def_kernel("A", "B")') -> str:
     return _PROLOGUE.replace("WHAT", what).replace("DEF_KERNEL", def_kernel)
 
 
-SOURCE = _prologue("the plugin's tile algorithm (kernels/matmul.py)") + r"""
+def _inline_tile_coords(source: str) -> str:
+    """``source`` with each ``TILE_COORDS(var)`` line replaced by the body of the eager
+    kernels' ``_tile_coords`` (kernels/matmul.py) on ``var``: template source cannot call a
+    JIT function, so the grouped tile order is inlined from its one definition. The body's
+    first line (``tiles_per_group``, loop-invariant) is each template's own."""
+    fn = getattr(_tile_coords, "fn", _tile_coords)  # JIT or interpreter wrapper
+    lines = [ln.strip() for ln in inspect.getsource(fn).splitlines()]
+    body = lines[lines.index("tiles_per_group = GROUP_M * num_pid_n") + 1:lines.index("return pid_m, pid_n")]
+
+    def inline(match: re.Match) -> str:
+        indent, var = match.group(1), match.group(2)
+        return "".join(indent + re.sub(r"\btile\b", var, ln) + "\n" for ln in body)
+
+    return re.sub(r"^( *)TILE_COORDS\((\w+)\)\n", inline, source, flags=re.M)
+
+
+SOURCE = _inline_tile_coords(_prologue("the plugin's tile algorithm (kernels/matmul.py)") + r"""
     stride_am = {{stride("A", 0)}}
     stride_ak = {{stride("A", 1)}}
     stride_bk = {{stride("B", 0)}}
@@ -72,11 +92,7 @@ SOURCE = _prologue("the plugin's tile algorithm (kernels/matmul.py)") + r"""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     tiles_per_group = GROUP_M * num_pid_n
-    group_id = pid // tiles_per_group
-    first_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % tiles_per_group) % group_size_m)
-    pid_n = (pid % tiles_per_group) // group_size_m
+    TILE_COORDS(pid)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -99,14 +115,14 @@ SOURCE = _prologue("the plugin's tile algorithm (kernels/matmul.py)") + r"""
     idx_n = offs_n[None, :]
     mask = mask_m & mask_n
     {{store_output(("idx_m", "idx_n"), "acc", "mask", val_shape=("BLOCK_M", "BLOCK_N"))}}
-"""
+""")
 
 # The persistent TMA kernel's loop (kernels/matmul_tma.py) with SPLIT_K = 1, no SWAP_AB and
 # pointer stores. A_KMAJOR / B_KMAJOR pick each operand's descriptor in its storage order.
 # HAS_BIAS: the bias is a kernel input, added as the eager kernel adds a bias broadcast
 # along M (its BIAS_MODE "n"): one vector per tile. Through Inductor's addmm epilogue it
 # would be gathered as a whole BLOCK_M x BLOCK_N tile of loads.
-TMA_SOURCE = _prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.py)",
+TMA_SOURCE = _inline_tile_coords(_prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.py)",
                        'def_kernel("BIAS", "A", "B") if HAS_BIAS else def_kernel("A", "B")') + r"""
     if A_KMAJOR:
         a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[{{stride("A", 0)}}, 1], block_shape=[BLOCK_M, BLOCK_K])
@@ -126,11 +142,7 @@ TMA_SOURCE = _prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.p
     work_c = start - NUM_SMS
 
     for work in tl.range(start, num_work, NUM_SMS, flatten=FLATTEN):
-        group_id = work // tiles_per_group
-        first_m = group_id * GROUP_M
-        group_size_m = min(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + ((work % tiles_per_group) % group_size_m)
-        pid_n = (work % tiles_per_group) // group_size_m
+        TILE_COORDS(work)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -148,11 +160,7 @@ TMA_SOURCE = _prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.p
 
         # The epilogue recomputes its tile from its own counter (see the kernel).
         work_c += NUM_SMS
-        group_id = work_c // tiles_per_group
-        first_m = group_id * GROUP_M
-        group_size_m = min(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + ((work_c % tiles_per_group) % group_size_m)
-        pid_n = (work_c % tiles_per_group) // group_size_m
+        TILE_COORDS(work_c)
         {%- if HAS_BIAS %}
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         bias = tl.load(BIAS + offs_n * {{stride("BIAS", 1)}}, mask=offs_n < N, other=0.0)[None, :]
@@ -174,7 +182,7 @@ TMA_SOURCE = _prologue("the plugin's persistent TMA kernel (kernels/matmul_tma.p
         mask = (idx_m < M) & (idx_n < N)
         {{store_output(("idx_m", "idx_n"), "acc", "mask", indent_width=8, val_shape=("BLOCK_M", "BLOCK_N"))}}
         {%- endif %}
-"""
+""")
 
 
 _NUM_SMS = 132  # H200; the pointer template's tile choice only
