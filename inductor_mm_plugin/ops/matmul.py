@@ -536,7 +536,9 @@ def _rebased(desc: TensorDescriptor, base) -> TensorDescriptor:
 # encodings: a loop's tensors mostly come back at the same addresses from the caching
 # allocator, and a weight never moves. It is taken only where the closure has 3.6's exact
 # shape (triton 3.7 passes the kernel arguments as one list: there the rebased
-# descriptors go through ``compiled.run`` as before).
+# descriptors go through ``compiled.run`` as before). Upstream: triton-lang/triton#6463
+# encodes the tensormap "at the last second in the kernel launcher" and leaves caching for
+# later; pytorch/pytorch#188823 adds the same data-pointer cache to Inductor's launcher.
 
 
 def _raw_launcher(compiled, n_descs: int):
