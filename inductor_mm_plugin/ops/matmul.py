@@ -863,7 +863,9 @@ def bmm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
 # time: custom_op wraps the backend kernel and the autograd kernel in Python layers
 # (argument flattening, an output-aliasing check, a Dynamo-disable frame) that cost about
 # 9 us per call on CI's CPU (a no-op body: 15 us against 6 us here) and 16-21 us on the
-# H200's host, more than the whole kernel of a 768^3 matmul. The registrations are the
+# H200's host, more than the whole kernel of a 768^3 matmul (upstream: pytorch/pytorch#139500,
+# #177109; when custom_op's fast path lands in the supported torch versions, this can go
+# back to custom_op). The registrations are the
 # ones custom_op makes: schema with the pt2_compliant tag, one kernel for every backend
 # (CompositeExplicitAutograd), a fake kernel, and an autograd kernel that leaves the
 # graph below autograd when no input needs a gradient.
