@@ -366,6 +366,28 @@ def test_raw_launch_passes_what_triton36s_launcher_passes(monkeypatch, c_tma):
     assert not any(isinstance(x, torch.Tensor) for v in plan.encoded.values() for x in v)
 
 
+def test_raw_launch_that_the_c_launcher_rejects_falls_back(monkeypatch):
+    dt = torch.float16
+    a, b = operand(40, 64, dt), operand(64, 48, dt)
+    plan = impl._launch(a, b, poisoned(40, 48, dtype=dt), config=INTERPRETER_TMA)
+    compiled = _RecordingLauncher()
+    compiled.run = _Triton36Launcher(3 if plan.c_tma else 2)
+    cells = dict(zip(compiled.run.launch.__code__.co_freevars, compiled.run.launch.__closure__))
+
+    def rejecting(*args):
+        raise TypeError("function takes exactly 40 arguments (41 given)")
+
+    cells["launcher"].cell_contents = rejecting
+    for name, value in (("compiled", compiled), ("raw", None), ("encoded", {})):
+        monkeypatch.setattr(plan, name, value)
+    monkeypatch.setattr(impl, "_tensormap_args", _fake_tensormap)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(impl, "_DIRECT_LAUNCH", True)
+    with pytest.warns(RuntimeWarning, match="direct kernel launch failed.*40 arguments"):
+        assert not plan.launch_direct(a, b, poisoned(40, 48, dtype=dt), None, 1.0, 1.0)
+    assert impl._DIRECT_LAUNCH is False  # Triton's own launch from now on
+
+
 def test_raw_launch_only_for_triton36s_launcher():
     plan = impl._launch(operand(40, 64, torch.float16), operand(64, 48, torch.float16), poisoned(40, 48, dtype=torch.float16))
     compiled = _RecordingLauncher()
