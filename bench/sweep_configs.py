@@ -123,6 +123,23 @@ GROUPS = {
             P(64, 128, 32, 8, 4, 3),
         ],
     ),
+    # Hopper warp specialization (tl.range(warp_specialize=True), Meta's autoWS pass in
+    # Triton 3.6's sm90 pipeline): a probe against the flattened non-WS heuristic config.
+    # Upstream's Hopper WS takes the loop unflattened (meta-pytorch/tritonbench#1025).
+    "ws": dict(
+        shapes=[(4096, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336), (2048, 2048, 32768)],
+        dtype="bf16", layouts=["row", "linear"], graph=False,
+        configs=[
+            T(128, 256, 64, 8, 8, 3, sub=True, flat=True),
+            T(128, 256, 64, 8, 8, 3, sub=True, ws=True),
+            T(128, 256, 64, 8, 4, 3, sub=True, ws=True),
+            T(128, 256, 64, 8, 8, 3, ws=True),
+            T(128, 128, 64, 8, 4, 4, sub=True, ws=True),
+            T(128, 128, 64, 8, 8, 4, sub=True, ws=True),
+            T(128, 256, 64, 8, 8, 4, sub=True, ws=True),
+            T(128, 128, 128, 8, 8, 3, sub=True, ws=True),
+        ],
+    ),
     "skinny": dict(
         shapes=[(m, n, k) for m in (1, 8, 16, 32, 64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
         dtype="bf16", layouts=["row", "linear"], graph=True, configs=None,
