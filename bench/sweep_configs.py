@@ -140,6 +140,47 @@ GROUPS = {
             T(128, 128, 128, 8, 8, 3, sub=True, ws=True),
         ],
     ),
+    "ws_llm": dict(
+        shapes=[(m, n, k) for m in (2048, 4096, 8192, 16384)
+                for n, k in [(4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (4096, 11008)]],
+        dtype="bf16", layouts=["row", "linear"], graph=False,
+        configs=[
+            T(128, 256, 64, 8, 8, 3, flat=True),
+            T(128, 256, 64, 8, 8, 3, ws=True),
+            T(256, 128, 64, 8, 8, 3, ws=True),
+            T(128, 256, 64, 16, 8, 3, ws=True),
+            T(128, 256, 64, 4, 8, 3, ws=True),
+            T(128, 256, 64, 8, 8, 4, sub=True, ws=True),
+            T(128, 128, 64, 8, 8, 4, ws=True),
+        ],
+    ),
+    "ws_misc": dict(
+        shapes=[(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 32768), (1024, 1024, 65536),
+                (1000, 1000, 1000), (768, 768, 768), (2048, 1024, 4096), (2048, 4096, 1024)],
+        dtype="bf16", layouts=["row", "linear"], graph=False,
+        configs=[
+            T(128, 256, 64, 8, 8, 3, flat=True),
+            T(128, 128, 64, 8, 8, 4, sub=True, flat=True),
+            T(128, 64, 64, 8, 4, 4, flat=True),
+            T(128, 128, 64, 8, 8, 4, 2, sub=True),
+            T(128, 256, 64, 8, 8, 3, ws=True),
+            T(128, 128, 64, 8, 8, 4, ws=True),
+            T(128, 64, 64, 8, 8, 4, ws=True),
+            T(128, 128, 64, 8, 8, 4, 2, ws=True),
+            T(128, 256, 64, 8, 8, 3, 2, ws=True),
+            T(128, 256, 64, 8, 8, 3, 4, ws=True),
+        ],
+    ),
+    "ws_skinny": dict(
+        shapes=[(m, n, k) for m in (64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
+        dtype="bf16", layouts=["linear"], graph=True,
+        configs=[
+            T(64, 64, 128, 1, 8, 4, ws=True),
+            T(128, 64, 128, 1, 8, 4, ws=True),
+            T(128, 128, 64, 1, 8, 4, ws=True),
+            T(64, 128, 64, 1, 8, 4, ws=True),
+        ],
+    ),
     "skinny": dict(
         shapes=[(m, n, k) for m in (1, 8, 16, 32, 64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
         dtype="bf16", layouts=["row", "linear"], graph=True, configs=None,
