@@ -1,0 +1,123 @@
+"""Interleaved A/B of kernel configs against torch.mm: for decisions a single sweep cannot make.
+
+    python bench/ab_configs.py --rounds 5 --out $OUT
+
+A sweep (``sweep_configs.py``) times each config once, one after the other; on the H200 two
+sweeps of the same configs an hour apart disagreed by up to 18% on the same shape (sustained
+large bf16 products run the card at its power limit, and its clocks drift). Here every round
+times cuBLAS and every candidate back to back on the same inputs, and the ratio cuBLAS /
+candidate is taken within each round; the report gives each candidate's median ratio over
+the rounds and its spread (min-max), with the SM clock read by ``nvidia-smi`` before and
+after each shape. Outputs are checked against torch.mm before anything is timed.
+
+Writes ``<out>/ab-configs.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+import torch
+
+from inductor_mm_plugin.kernels.configs import MatmulConfig
+
+T = MatmulConfig  # MatmulConfig("tma", bm, bn, bk, group_m, warps, stages, split_k, subtile, flatten, ws)
+
+HEURISTIC_LLM = T("tma", 128, 256, 64, 8, 8, 3, flatten=True)
+CANDIDATES = {
+    "flat": HEURISTIC_LLM,
+    "ws": T("tma", 128, 256, 64, 8, 8, 3, warp_specialize=True),
+    "ws g16": T("tma", 128, 256, 64, 16, 8, 3, warp_specialize=True),
+    "ws s4 sub": T("tma", 128, 256, 64, 8, 8, 4, epilogue_subtile=True, warp_specialize=True),
+    "ws 128x128": T("tma", 128, 128, 64, 8, 8, 4, warp_specialize=True),
+}
+SHAPES = [
+    (4096, 4096, 4096, "row"), (4096, 4096, 4096, "linear"),
+    (2048, 14336, 4096, "row"), (8192, 4096, 14336, "row"), (8192, 4096, 14336, "linear"),
+    (8192, 28672, 4096, "row"), (16384, 6144, 4096, "linear"), (2048, 2048, 32768, "row"),
+    (8192, 8192, 8192, "row"),
+]  # fmt: skip
+
+
+def sm_clock() -> str:
+    try:
+        q = "--query-gpu=clocks.sm,power.draw,temperature.gpu"
+        return subprocess.run(["nvidia-smi", q, "--format=csv,noheader"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()  # fmt: skip
+    except Exception as e:  # noqa: BLE001
+        return f"nvidia-smi: {e}"
+
+
+def operands(M, N, K, layout, dtype):
+    a = torch.randn(M, K, device="cuda", dtype=dtype)
+    b = torch.randn(N, K, device="cuda", dtype=dtype).t() if layout == "linear" else torch.randn(K, N, device="cuda", dtype=dtype)
+    return a, b
+
+
+def main():
+    import triton
+    import triton.testing
+
+    from inductor_mm_plugin.ops import matmul as impl
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/ab"))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    p.add_argument("--candidates", nargs="*", default=list(CANDIDATES), choices=list(CANDIDATES))
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("ab_configs.py needs a CUDA device")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "dtype": args.dtype, "rounds": args.rounds, "rows": []}  # fmt: skip
+    names = ["heuristic", *args.candidates]
+    for M, N, K, layout in SHAPES:
+        a, b = operands(M, N, K, layout, dtype)
+        ref = torch.mm(a, b)
+        out = torch.empty(M, N, device="cuda", dtype=dtype)
+        fns = {"heuristic": lambda: torch.ops.inductor_mm_plugin.mm(a, b)}
+        errors = {}
+        for name in args.candidates:
+            cfg = CANDIDATES[name]
+            try:
+                out.fill_(float("nan"))
+                impl._launch(a, b, out, config=cfg)
+                err = float((out.float() - ref.float()).norm() / ref.float().norm())
+                if not err < 1e-2:
+                    errors[name] = f"wrong: rel err {err:.3g}"
+                    continue
+                fns[name] = lambda cfg=cfg: impl._launch(a, b, out, config=cfg)
+            except Exception as e:  # noqa: BLE001
+                errors[name] = f"{type(e).__name__}: {str(e)[:200]}"
+        clock_before = sm_clock()
+        times = {n: [] for n in ["cublas", *fns]}
+        for _ in range(args.rounds):
+            for n, fn in [("cublas", lambda: torch.mm(a, b)), *fns.items()]:
+                times[n].append(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
+        clock_after = sm_clock()
+        ratios = {n: [c / t for c, t in zip(times["cublas"], times[n])] for n in fns}
+        row = dict(shape=[M, N, K], layout=layout, heuristic=impl.chosen_config(a, b).short(), times_ms=times,
+                   ratios=ratios, errors=errors, clock_before=clock_before, clock_after=clock_after)  # fmt: skip
+        result["rows"].append(row)
+        flops = 2.0 * M * N * K
+        print(f"{M}x{N}x{K} {layout}: cublas {flops / statistics.median(times['cublas']) / 1e9:.0f} TF "
+              f"[{clock_before} -> {clock_after}] heuristic={row['heuristic']}", flush=True)  # fmt: skip
+        for n in fns:
+            r = ratios[n]
+            print(f"    {n:12s} ratio median {statistics.median(r):.3f}  range {min(r):.3f}-{max(r):.3f}", flush=True)
+        for n, e in errors.items():
+            print(f"    {n:12s} {e}", flush=True)
+    out_dir = pathlib.Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "ab-configs.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
