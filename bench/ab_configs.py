@@ -3,12 +3,12 @@
     python bench/ab_configs.py --rounds 5 --out $OUT
 
 A sweep (``sweep_configs.py``) times each config once, one after the other; on the H200 two
-sweeps of the same configs an hour apart disagreed by up to 18% on the same shape (sustained
-large bf16 products run the card at its power limit, and its clocks drift). Here every round
-times cuBLAS and every candidate back to back on the same inputs, and the ratio cuBLAS /
-candidate is taken within each round; the report gives each candidate's median ratio over
-the rounds and its spread (min-max), with the SM clock read by ``nvidia-smi`` before and
-after each shape. Outputs are checked against torch.mm before anything is timed.
+sweeps of the same configs minutes apart disagreed by up to 18% on the same shape (sustained
+large bf16 products run the card at its power limit, and its clocks drift). Here cuBLAS and
+every candidate are timed in rounds (``_timing.rounds``: back to back, the order reversed
+each round) and the ratio cuBLAS / candidate is taken within each round; the report gives
+each candidate's median ratio over the rounds and its range, with the SM clock read by
+``nvidia-smi`` before and after each shape. Outputs are checked against torch.mm first.
 
 Writes ``<out>/ab-configs.json`` and prints a table.
 """
@@ -19,11 +19,10 @@ import argparse
 import json
 import os
 import pathlib
-import statistics
-import subprocess
 import sys
 
 import torch
+from _timing import median, ratios, rounds, sm_clock
 
 from inductor_mm_plugin.kernels.configs import MatmulConfig
 
@@ -43,15 +42,6 @@ SHAPES = [
     (8192, 28672, 4096, "row"), (16384, 6144, 4096, "linear"), (2048, 2048, 32768, "row"),
     (8192, 8192, 8192, "row"),
 ]  # fmt: skip
-
-
-def sm_clock() -> str:
-    try:
-        q = "--query-gpu=clocks.sm,power.draw,temperature.gpu"
-        return subprocess.run(["nvidia-smi", q, "--format=csv,noheader"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()  # fmt: skip
-    except Exception as e:  # noqa: BLE001
-        return f"nvidia-smi: {e}"
 
 
 def operands(M, N, K, layout, dtype):
@@ -97,21 +87,19 @@ def main():
             except Exception as e:  # noqa: BLE001
                 errors[name] = f"{type(e).__name__}: {str(e)[:200]}"
         clock_before = sm_clock()
-        times = {n: [] for n in ["cublas", *fns]}
-        for _ in range(args.rounds):
-            for n, fn in [("cublas", lambda: torch.mm(a, b)), *fns.items()]:
-                times[n].append(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
+        times = rounds({"cublas": lambda: torch.mm(a, b), **fns},
+                       lambda fn: triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"), args.rounds)
         clock_after = sm_clock()
-        ratios = {n: [c / t for c, t in zip(times["cublas"], times[n])] for n in fns}
+        per_round = {n: ratios(times, "cublas", n) for n in fns}
         row = dict(shape=[M, N, K], layout=layout, heuristic=impl.chosen_config(a, b).short(), times_ms=times,
-                   ratios=ratios, errors=errors, clock_before=clock_before, clock_after=clock_after)  # fmt: skip
+                   ratios=per_round, errors=errors, clock_before=clock_before, clock_after=clock_after)  # fmt: skip
         result["rows"].append(row)
         flops = 2.0 * M * N * K
-        print(f"{M}x{N}x{K} {layout}: cublas {flops / statistics.median(times['cublas']) / 1e9:.0f} TF "
+        print(f"{M}x{N}x{K} {layout}: cublas {flops / median(times['cublas']) / 1e9:.0f} TF "
               f"[{clock_before} -> {clock_after}] heuristic={row['heuristic']}", flush=True)  # fmt: skip
         for n in fns:
-            r = ratios[n]
-            print(f"    {n:12s} ratio median {statistics.median(r):.3f}  range {min(r):.3f}-{max(r):.3f}", flush=True)
+            r = per_round[n]
+            print(f"    {n:12s} ratio median {median(r):.3f}  range {min(r):.3f}-{max(r):.3f}", flush=True)
         for n, e in errors.items():
             print(f"    {n:12s} {e}", flush=True)
     out_dir = pathlib.Path(args.out)

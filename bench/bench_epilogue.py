@@ -8,8 +8,9 @@ Linear + residual, at tokens M in {2048, 8192} and (hidden, ffn) in {(4096, 1433
 (2048, 8192), (1024, 4096)}; then the A/B example's transformer block (8 x 2048, d 4096).
 Each block is compiled outside the timed region (``torch._dynamo.reset()`` per block) and
 timed under CUDA graphs (``triton.testing.do_bench_cudagraph``, median), every arm on the
-same inputs, after checking the plugin's output against eager. speedup = stock time /
-plugin time. Writes ``<out>/<date>-<gpu>-epilogue.{json,md}`` with date, GPU and versions.
+same inputs, after checking the plugin's output against eager; the arms are timed in
+``--rounds`` rounds, the order reversed each round (``_timing.py``), and speedup = stock time
+/ plugin time within a round, the median over rounds. Writes ``<out>/<date>-<gpu>-epilogue.{json,md}`` with date, GPU and versions.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import triton
 import triton.testing
+from _timing import median, ratios, rounds, sm_clock, spread
 
 import inductor_mm_plugin
 
@@ -81,29 +83,48 @@ def init_(model):
     return model
 
 
-def time_arm(model, x, **compile_kwargs):
-    torch._dynamo.reset()
+def compile_arm(model, x, **compile_kwargs):
     t0 = time.perf_counter()
     compiled = torch.compile(model, **compile_kwargs)
     out = compiled(x)
     torch.cuda.synchronize()
-    compile_s = time.perf_counter() - t0
-    ms = triton.testing.do_bench_cudagraph(lambda: compiled(x), rep=100, return_mode="median")
-    return out, ms, compile_s
+    return compiled, out, time.perf_counter() - t0
 
 
-def bench_block(name, model, x, max_autotune):
+def _frames_compiled() -> int:
+    return sum(torch._dynamo.utils.counters["frames"].values())
+
+
+def bench_block(name, model, x, max_autotune, n_rounds=3):
+    """Compile every arm, then time them in rounds (``_timing.rounds``): the same code object
+    compiled by several backends keeps one Dynamo cache entry per backend, so the arms can
+    alternate without recompiling (checked below)."""
+    arms = {"plugin": dict(backend="inductor_mm_plugin"), "stock": {}}
+    if max_autotune:
+        arms["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")
     with torch.no_grad():
+        torch._dynamo.reset()
         ref = model(x)
-        plugin_out, plugin_ms, plugin_s = time_arm(model, x, backend="inductor_mm_plugin")
-        err = ((plugin_out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
-        assert err < 3e-2, f"{name}: plugin output differs from eager by {err:.2e} (relative)"
-        _, stock_ms, stock_s = time_arm(model, x)
-        row = {"block": name, "plugin_ms": plugin_ms, "stock_ms": stock_ms, "speedup": stock_ms / plugin_ms,
-               "rel_err": err, "plugin_compile_s": plugin_s, "stock_compile_s": stock_s}  # fmt: skip
+        compiled, compile_s = {}, {}
+        for arm, kwargs in arms.items():
+            compiled[arm], out, compile_s[arm] = compile_arm(model, x, **kwargs)
+            if arm == "plugin":
+                err = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+                assert err < 3e-2, f"{name}: plugin output differs from eager by {err:.2e} (relative)"
+            del out
+        frames = _frames_compiled()
+        times = rounds({arm: (lambda c=c: c(x)) for arm, c in compiled.items()},
+                       lambda fn: triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median"), n_rounds)
+        if _frames_compiled() != frames:
+            raise RuntimeError(f"{name}: an arm recompiled while timed; the rounds would time compiles")
+        speedups = ratios(times, "stock", "plugin")
+        row = {"block": name, "plugin_ms": median(times["plugin"]), "stock_ms": median(times["stock"]),
+               "speedup": median(speedups), "speedup_rounds": speedups, "rel_err": err,
+               "plugin_compile_s": compile_s["plugin"], "stock_compile_s": compile_s["stock"]}  # fmt: skip
         if max_autotune:
-            _, mat_ms, mat_s = time_arm(model, x, mode="max-autotune-no-cudagraphs")
-            row.update(max_autotune_ms=mat_ms, speedup_vs_max_autotune=mat_ms / plugin_ms, max_autotune_compile_s=mat_s)
+            row.update(max_autotune_ms=median(times["max_autotune"]),
+                       speedup_vs_max_autotune=median(ratios(times, "max_autotune", "plugin")),
+                       max_autotune_compile_s=compile_s["max_autotune"])  # fmt: skip
     return row
 
 
@@ -116,6 +137,8 @@ def main(argv=None):
     p.add_argument("--max-autotune", action="store_true", help="also time stock max-autotune")
     p.add_argument("--no-block", action="store_true", help="skip the transformer block")
     p.add_argument("--quick", action="store_true", help="M=8192 and (hidden, ffn) in {(4096, 14336), (1024, 4096)} only")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="time the arms this many times, order reversed each round (_timing.py)")
     p.add_argument("--out", default="bench/results")
     p.add_argument("--tag", default="", help="suffix of the output file names")
     p.add_argument("--commit", default=None, help="commit to record (the GPU machine's copy has no git history)")
@@ -126,13 +149,14 @@ def main(argv=None):
     meta = {
         "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "triton": triton.__version__, "plugin": inductor_mm_plugin.__version__, "commit": args.commit,
+        "rounds": args.rounds, "sm_clock_start": sm_clock(),
     }  # fmt: skip
     rows = []
     for name, m, d, f, k, make in suite(args.quick):
         torch.manual_seed(0)
         model = init_(make())
         x = torch.randn(m, d, device="cuda", dtype=DT)
-        row = bench_block(name, model, x, args.max_autotune)
+        row = bench_block(name, model, x, args.max_autotune, args.rounds)
         row.update(M=m, hidden=d, ffn=f, K=k)
         rows.append(row)
         mat = f"  max-autotune {row['max_autotune_ms']:.3f}" if "max_autotune_ms" in row else ""
@@ -146,9 +170,10 @@ def main(argv=None):
         import transformer_block
 
         model, (x,) = transformer_block.make()
-        block = bench_block("transformer block 8x2048 d4096", model, x, args.max_autotune)
+        block = bench_block("transformer block 8x2048 d4096", model, x, args.max_autotune, args.rounds)
         print(f"transformer block: stock {block['stock_ms']:.3f} ms  plugin {block['plugin_ms']:.3f} ms  "
               f"x{block['speedup']:.3f}", flush=True)  # fmt: skip
+    meta["sm_clock_end"] = sm_clock()
     print(write(args, meta, rows, block))
 
 
@@ -163,13 +188,17 @@ def write(args, meta, rows, block) -> str:
     md = [f"# Fused-epilogue suite — {meta['date']}", "",
           f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, plugin {meta['plugin']} "
           f"(commit {meta['commit']}); bf16; "
-          "ms per call under CUDA graphs (do_bench_cudagraph median); speedup = stock / plugin.", "",
-          "| block | M | hidden | ffn | stock ms | plugin ms | speedup | max-autotune ms | vs max-autotune |",
-          "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+          "ms per call under CUDA graphs (do_bench_cudagraph median), arms timed in "
+          f"{meta.get('rounds', 1)} round(s), order reversed each round (bench/_timing.py); speedup = stock / "
+          "plugin within a round, median over rounds (range: lowest-highest round). SM clock (nvidia-smi) at "
+          f"start: {meta.get('sm_clock_start', '?')}; at end: {meta.get('sm_clock_end', '(run cut short)')}.", "",
+          "| block | M | hidden | ffn | stock ms | plugin ms | speedup | range | max-autotune ms | vs max-autotune |",
+          "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows + ([block] if block else []):
         mat = f"{r['max_autotune_ms']:.3f} | {r['speedup_vs_max_autotune']:.3f}" if "max_autotune_ms" in r else "- | -"
         md.append(f"| {r['block']} | {r.get('M', 16384)} | {r.get('hidden', 4096)} | {r.get('ffn', 14336)} | "
-                  f"{r['stock_ms']:.3f} | {r['plugin_ms']:.3f} | {r['speedup']:.3f} | {mat} |")  # fmt: skip
+                  f"{r['stock_ms']:.3f} | {r['plugin_ms']:.3f} | {r['speedup']:.3f} | {spread(r.get('speedup_rounds'), '.3f')} | "
+                  f"{mat} |")  # fmt: skip
     md += ["", f"Suite geomean vs stock default: {summary['geomean_vs_stock']:.3f}; "
                f"smallest speedup with K ≤ 2048: {summary['min_k_le_2048_vs_stock']:.3f}"
                + (f"; geomean vs stock max-autotune: {summary['geomean_vs_max_autotune']:.3f}" if args.max_autotune else "")]  # fmt: skip

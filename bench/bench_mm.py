@@ -21,8 +21,11 @@ callable timed the same way:
 Per row: fresh random inputs; every implementation's output checked against the float64
 reference with the tests' error bound before anything is timed; then the median of
 ``triton.testing.do_bench`` (L2 flushed between reps), or of ``do_bench_cudagraph`` for the
-skinny class, where launch overhead would otherwise be half the time. TFLOP/s = 2*M*N*K /
-median; ratio = torch.mm time / plugin time (above 1: the plugin is faster). Skinny rows
+skinny class, where launch overhead would otherwise be half the time. The implementations of
+a row are timed in ``--rounds`` rounds (default 3), back to back, the order reversed each round
+(``_timing.py``: under the H200's power limit the SM clock drifts within seconds). ratio =
+torch.mm time / plugin time within a round, the median over rounds (above 1: the plugin is
+faster); TFLOP/s = 2*M*N*K / median time. Skinny rows
 also report the fraction of the device copy bandwidth measured in the same run (bytes =
 A + B + C); the others the fraction of the best cuBLAS rate of the run (its "peak").
 
@@ -47,6 +50,7 @@ import sys
 import time
 
 import torch
+from _timing import median, ratios, rounds, sm_clock, spread
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -184,7 +188,7 @@ def wants_inductor(row, inductor_shapes):
     return "x".join(map(str, row[1])) in inductor_shapes and row[2] in ("bf16", "fp32") and row[3] == "row"
 
 
-def bench_row(row, copy_gbs, tune_rows, inductor_shapes, inductor_pass=False):
+def bench_row(row, copy_gbs, tune_rows, inductor_shapes, inductor_pass=False, n_rounds=3):
     from inductor_mm_plugin.ops.matmul import chosen_config, set_autotune
     from inductor_mm_plugin.ops.reference import assert_matmul_close
 
@@ -201,9 +205,10 @@ def bench_row(row, copy_gbs, tune_rows, inductor_shapes, inductor_pass=False):
             if name == "inductor":
                 assert_matmul_close(out, a, b, tf32=dtype == torch.float32)
                 compile_s = time.time() - t0
-        ms = {name: time_ms(fn, cls == "skinny") for name, fn in impls.items()}
+        times = rounds(impls, lambda fn: time_ms(fn, cls == "skinny"), n_rounds)
+        ms = {name: median(t) for name, t in times.items()}
         return {"inductor_ms": ms["inductor"], "inductor_tflops": 2.0 * M * N * K / ms["inductor"] / 1e9,
-                "inductor_ratio": ms["aten"] / ms["inductor"], "inductor_compile_s": compile_s}  # fmt: skip
+                "inductor_ratio": median(ratios(times, "aten", "inductor")), "inductor_compile_s": compile_s}  # fmt: skip
     compile_s = {}
     for name, fn in impls.items():
         t0 = time.time()
@@ -212,7 +217,9 @@ def bench_row(row, copy_gbs, tune_rows, inductor_shapes, inductor_pass=False):
         if name != "aten":
             assert_matmul_close(out, a, b, tf32=dtype == torch.float32)
         del out
-    ms = {name: time_ms(fn, cudagraph) for name, fn in impls.items()}
+    # Rounds (bench/_timing.py): the clock drifts under the power limit; ratios within a round.
+    times = rounds(impls, lambda fn: time_ms(fn, cudagraph), n_rounds)
+    ms = {name: median(t) for name, t in times.items()}
     flops = 2.0 * M * N * K
     tflops = {name: flops / t / 1e9 for name, t in ms.items()}
     heur = chosen_config(a, b)
@@ -229,11 +236,12 @@ def bench_row(row, copy_gbs, tune_rows, inductor_shapes, inductor_pass=False):
         "plugin_ms": ms["plugin"],
         "cublas_tflops": tflops["aten"],
         "plugin_tflops": tflops["plugin"],
-        "ratio": ms["aten"] / ms["plugin"],
+        "ratio": median(ratios(times, "aten", "plugin")),
+        "ratio_rounds": ratios(times, "aten", "plugin"),
         "plugin_config": heur.short() if heur else None,
     }
     if "tuned" in ms:
-        r.update(tuned_ms=ms["tuned"], tuned_tflops=tflops["tuned"], tuned_ratio=ms["aten"] / ms["tuned"],
+        r.update(tuned_ms=ms["tuned"], tuned_tflops=tflops["tuned"], tuned_ratio=median(ratios(times, "aten", "tuned")),
                  tuned_config=tuned_cfg.short() if tuned_cfg else None, tune_s=compile_s["tuned"])  # fmt: skip
     if cudagraph:
         moved = (M * K + K * N + M * N) * a.element_size()
@@ -279,7 +287,10 @@ def to_markdown(meta, rows, summ):
         f"(commit {meta['commit']}). Copy bandwidth measured in this run: {meta['copy_gbs']:.0f} GB/s; best "
         f"cuBLAS bf16/fp16 rate of the run (\"peak\"): {meta['peak_tflops']:.0f} TFLOP/s. Median of "
         "`do_bench` (L2 flushed between reps); skinny rows: median of `do_bench_cudagraph`. "
-        "ratio = torch.mm time / plugin time (above 1: the plugin is faster). `tuned` = the plugin "
+        f"Each row timed in {meta.get('rounds', 1)} round(s), the order reversed each round (bench/_timing.py); "
+        "ratio = torch.mm time / plugin time within a round, median over rounds (above 1: the plugin is "
+        "faster), range = lowest-highest round; TFLOP/s from median times. SM clock (nvidia-smi) at start: "
+        f"{meta.get('sm_clock_start', '?')}; at end: {meta.get('sm_clock_end', '?')}. `tuned` = the plugin "
         "with autotuning (classes " + ", ".join(meta["tune_classes"]) + "; dtypes "
         + ", ".join(meta["tune_dtypes"]) + "); `inductor` = "
         "`torch.compile(torch.mm, mode=\"max-autotune-no-cudagraphs\")` (bf16/fp32 row rows of "
@@ -307,9 +318,9 @@ def to_markdown(meta, rows, summ):
         "",
         "## Rows",
         "",
-        "| class | M×N×K | dtype | layout | torch.mm TFLOP/s | plugin TFLOP/s | ratio | % peak / BW | plugin config | "
-        "tuned ratio | inductor ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| class | M×N×K | dtype | layout | torch.mm TFLOP/s | plugin TFLOP/s | ratio | range | % peak / BW | "
+        "plugin config | tuned ratio | inductor ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         M, N, K = r["shape"]
@@ -319,7 +330,8 @@ def to_markdown(meta, rows, summ):
             frac = f"{100 * r['plugin_tflops'] / meta['peak_tflops']:.0f}%" if r["dtype"] != "fp32" else ""
         lines.append(
             f"| {r['class']} | {M}×{N}×{K} | {r['dtype']} | {r['layout']} | {r['cublas_tflops']:.1f} | "
-            f"{r['plugin_tflops']:.1f} | {r['ratio']:.2f} | {frac} | {r.get('plugin_config') or ''} | "
+            f"{r['plugin_tflops']:.1f} | {r['ratio']:.2f} | {spread(r.get('ratio_rounds'))} | {frac} | "
+            f"{r.get('plugin_config') or ''} | "
             f"{_f(r.get('tuned_ratio'), '.2f')} | {_f(r.get('inductor_ratio'), '.2f')} |"
         )
     return "\n".join(lines) + "\n"
@@ -346,6 +358,8 @@ def main(argv=None):
                    help="... and these dtypes (tuning every row doubles the run)")  # fmt: skip
     p.add_argument("--inductor-shapes", nargs="*", default=[], metavar="MxNxK",
                    help="also time Inductor max-autotune on these shapes (their bf16 / fp32, row-layout rows)")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=3,
+                   help="time each row's implementations this many times, order reversed each round (_timing.py)")
     p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
     p.add_argument("--out", default="bench/results")
     p.add_argument("--tag", default="")
@@ -374,11 +388,13 @@ def main(argv=None):
         "tune_classes": args.tune_classes,
         "tune_dtypes": args.tune_dtypes,
         "inductor_shapes": args.inductor_shapes,
+        "rounds": args.rounds,
+        "sm_clock_start": sm_clock(),
     }
     rows = []
     t_start = time.time()
     for row in rows_todo:
-        r = bench_row(row, copy_gbs, tune_rows, set(args.inductor_shapes))
+        r = bench_row(row, copy_gbs, tune_rows, set(args.inductor_shapes), n_rounds=args.rounds)
         rows.append(r)
         M, N, K = r["shape"]
         extra = f"  tuned {r['tuned_ratio']:.3f}" if "tuned_ratio" in r else ""
@@ -391,10 +407,12 @@ def main(argv=None):
     # Inductor last (see implementations()); its ratio is against torch.mm timed in that pass.
     for row, r in zip(rows_todo, rows):
         if wants_inductor(row, set(args.inductor_shapes)):
-            r.update(bench_row(row, copy_gbs, tune_rows, set(args.inductor_shapes), inductor_pass=True))
+            r.update(bench_row(row, copy_gbs, tune_rows, set(args.inductor_shapes), inductor_pass=True,
+                               n_rounds=args.rounds))
             print(f"inductor {row[0]:7s} {'x'.join(map(str, row[1]))} {row[2]} {row[3]}: ratio "
                   f"{r['inductor_ratio']:.3f} (compile {r['inductor_compile_s']:.0f}s)", flush=True)  # fmt: skip
     meta["bench_seconds"] = time.time() - t_start
+    meta["sm_clock_end"] = sm_clock()
     meta["peak_tflops"] = max([r["cublas_tflops"] for r in rows if r["dtype"] != "fp32"] or [float("nan")])
     summ = summary(rows)
     md = to_markdown(meta, rows, summ)

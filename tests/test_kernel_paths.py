@@ -457,6 +457,15 @@ def test_heuristic_splits_k_only_when_the_grid_is_small():
     assert long_k.split_k > 1
 
 
+def test_heuristic_takes_the_wide_tile_when_one_wave_nearly_fills_the_sms():
+    # 2048 x 2048: 128 tiles of 128 x 256 on 132 SMs (97%), one wave rather than two of 128 x 128.
+    wide = heuristic_config(Problem(2048, 2048, 32768, 1, 2, "bfloat16", tma=True, num_sms=132))
+    assert (wide.block_m, wide.block_n, wide.split_k) == (128, 256, 1)
+    # 1024 x 2048: 64 such tiles, half the SMs idle: not the wide tile.
+    narrow = heuristic_config(Problem(1024, 2048, 32768, 1, 2, "bfloat16", tma=True, num_sms=132))
+    assert (narrow.block_m, narrow.block_n) != (128, 256)
+
+
 def test_heuristic_for_few_tiles_keeps_128x128_when_k_is_long():
     # 2048x1024x4096: 128 tiles of 128x128 on 132 SMs, too many to split: one wave of them.
     one_wave = heuristic_config(Problem(2048, 1024, 4096, 1, 2, "bfloat16", tma=True))
