@@ -43,7 +43,14 @@ def run_compiled(model, *inputs, train=False, fresh_cache=True, **compile_kwargs
 
     A fresh Inductor cache by default: a cache hit skips the routing pass, and these tests
     read what the pass decided. tests/test_cache.py tests the cache itself.
+
+    The plugin backend gets ``compete=False`` unless the test sets ``compete`` (or a mode):
+    these tests count which sites run the plugin, and under the default ``compete="auto"``
+    a CUDA site with nothing to fuse runs whichever of the plugin's kernel and aten's the
+    autotuner times faster. The tests of "auto" set it themselves.
     """
+    if compile_kwargs.get("backend") == "inductor_mm_plugin" and "mode" not in compile_kwargs:
+        compile_kwargs["options"] = {"compete": False, **(compile_kwargs.get("options") or {})}
     if fresh_cache:
         with fresh_inductor_cache():
             return run_compiled(model, *inputs, train=train, fresh_cache=False, **compile_kwargs)

@@ -14,7 +14,8 @@ from inductor_mm_plugin import opt_in
 def compile_and_run(model, x, options):
     torch._dynamo.reset()
     counters["inductor"].clear()
-    compiled = torch.compile(model, backend="inductor_mm_plugin", options=options)
+    # compete=False unless set: the counts below are of routed sites (see run_compiled).
+    compiled = torch.compile(model, backend="inductor_mm_plugin", options={"compete": False, **options})
     out, codes = run_and_get_code(compiled, x)
     return out, codes, counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
 

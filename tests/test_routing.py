@@ -6,11 +6,22 @@ import subprocess
 import sys
 import textwrap
 
+from unittest.mock import patch
+
 import pytest
 import torch
 import torch.nn as nn
 from conftest import DEVICE
-from integration_utils import MLP, Attention, Block, count_calls, fresh_inductor_cache, run_compiled
+from integration_utils import (
+    MLP,
+    TEMPLATE_MARKER,
+    Attention,
+    Block,
+    count_calls,
+    fresh_inductor_cache,
+    kernels_of,
+    run_compiled,
+)
 
 import inductor_mm_plugin
 from inductor_mm_plugin import opt_in, opt_out
@@ -393,7 +404,10 @@ def test_gpu_reduce_overhead_cuda_graphs():
             out = compiled(x).clone()
         ref = model(x)
     assert len(routed(records)) == 6  # 4 Linear addmm + 2 attention bmm
-    check_code_matches(records, codes)
+    # Under the default compete="auto" the five sites with nothing to fuse run the plugin's
+    # kernel or aten's, as the autotuner timed; mlp.up feeds GELU and runs the template.
+    plugin, stock = count_calls(codes)
+    assert plugin >= 1 and plugin + stock == 6, (plugin, stock)
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
 
 
@@ -416,7 +430,8 @@ def test_gpu_profiler_shows_the_plugin_kernel_for_routed_sites():
     opt_in(model.mlp)
     with torch.no_grad():
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend="inductor_mm_plugin")
+        # compete=False: both mlp sites run the plugin whatever the autotuner would time.
+        compiled = torch.compile(model, backend="inductor_mm_plugin", options={"compete": False})
         compiled(x)
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -552,20 +567,73 @@ def test_slower_path_reason_is_for_cuda_only():
     assert slower_path_reason(node) is None
 
 
-@pytest.mark.parametrize("compete,expect", [("auto", [True, False]), (True, [True, True]), (False, [False, False])])
-def test_compete_auto_marks_only_slower_path_sites(compete, expect):
+def _relu_after(graph, mm):
+    """Give ``mm`` a pointwise user (an epilogue the template would fuse)."""
+    (out,) = [n for n in graph.nodes if n.op == "output"]
+    with graph.inserting_before(out):
+        relu = graph.call_function(torch.ops.aten.relu.default, (mm,))
+    out.args = (relu,)
+
+
+# Sites: (a, b, device, with a pointwise user). Marks: what each competes with.
+COMPETE_SITES = [
+    ((1000, 100), (100, 512), "cuda", False),  # rows of 200 bytes: the slower pointer kernel
+    ((1024, 128), (128, 512), "cuda", False),  # aligned, nothing to fuse
+    ((1024, 128), (128, 512), "cuda", True),  # aligned, an epilogue: the template
+    ((1000, 100), (100, 512), "cuda", True),  # the slower kernel even with an epilogue
+    ((1024, 128), (128, 512), "cpu", False),  # the CPU (the interpreter): never under "auto"
+]
+
+
+@pytest.mark.parametrize("compete,expect", [
+    ("auto", ["all", "kernels", None, "all", None]),
+    (True, ["all"] * 5),
+    (False, [None] * 5),
+], ids=str)  # fmt: skip
+def test_compete_marks(compete, expect):
     from inductor_mm_plugin.inductor.options import PluginOptions
     from inductor_mm_plugin.inductor.routing import META_KEY, route_graph
     from inductor_mm_plugin.inductor.selection import RootInfo
 
     marks = []
-    for a, b in [((1000, 100), (100, 512)), ((1024, 128), (128, 512))]:
-        graph, _ = _mm_graph(_fake(*a), _fake(*b))
-        records = route_graph(graph, PluginOptions(select="all", compete=compete), RootInfo())
-        assert [r.routed for r in records] == [True]
+    for a, b, device, epilogue in COMPETE_SITES:
+        graph, mm = _mm_graph(_fake(*a, device=device), _fake(*b, device=device))
+        if epilogue:
+            _relu_after(graph, mm)
+        with patch("inductor_mm_plugin.inductor.selection.interpreting", return_value=True):
+            records = route_graph(graph, PluginOptions(select="all", compete=compete), RootInfo())
+        assert [r.routed for r in records] == [True], records
         (node,) = [n for n in graph.nodes if n.target == torch.ops.inductor_mm_plugin.mm.default]
+        assert node.meta[META_KEY]["epilogue"] == epilogue
         marks.append(node.meta[META_KEY]["compete"])
     assert marks == expect
+
+
+def test_compete_auto_lets_every_cuda_bmm_compete():
+    from inductor_mm_plugin.inductor.options import PluginOptions
+    from inductor_mm_plugin.inductor.routing import META_KEY, route_graph
+    from inductor_mm_plugin.inductor.selection import RootInfo
+
+    # No bmm template exists, so nothing fuses into a bmm even with a pointwise user (softmax's scale).
+    graph, bmm = _mm_graph(_fake(8, 256, 128), _fake(8, 128, 256), torch.ops.aten.bmm.default)
+    _relu_after(graph, bmm)
+    route_graph(graph, PluginOptions(select="all"), RootInfo())
+    (node,) = [n for n in graph.nodes if n.target == torch.ops.inductor_mm_plugin.bmm.default]
+    assert node.meta[META_KEY]["compete"] == "kernels"
+
+
+def test_compete_auto_logs_why_a_site_competes(caplog):
+    from inductor_mm_plugin.inductor.options import PluginOptions
+    from inductor_mm_plugin.inductor.routing import route_graph
+    from inductor_mm_plugin.inductor.selection import RootInfo
+
+    with caplog.at_level(logging.INFO, logger="inductor_mm_plugin.routing"):
+        for a, b in [((1024, 128), (128, 512)), ((1000, 100), (100, 512))]:
+            graph, _ = _mm_graph(_fake(*a), _fake(*b))
+            route_graph(graph, PluginOptions(select="all"), RootInfo())
+    text = caplog.text
+    assert "competes with aten (compete='auto'): nothing fuses into it" in text
+    assert "competes with aten (compete='auto'): its operands are not TMA-readable" in text
 
 
 def test_compete_option_values():
@@ -577,10 +645,17 @@ def test_compete_option_values():
         PluginOptions(compete="sometimes")
 
 
-def test_compete_auto_through_the_backend_keeps_fast_path_sites_on_the_plugin():
-    # MLP's operands are aligned (fp32 rows of 64/128 bytes): nothing competes, on CPU or CUDA.
+def test_compete_auto_through_the_backend():
+    # MLP's operands are aligned (fp32 rows of 64/128 bytes). On the CPU nothing competes
+    # ("auto" competes on CUDA only). On CUDA, up feeds relu and takes the plugin's template;
+    # down has nothing to fuse and runs the plugin's kernel or aten's, as the autotuner timed.
     with record_sites() as records:
-        _, _, codes = run_compiled(MLP(), x_of(4, 16), backend="inductor_mm_plugin",
-                                   options={"select": "all", "compete": "auto"})  # fmt: skip
+        out, _, codes = run_compiled(MLP(), x_of(4, 16), backend="inductor_mm_plugin",
+                                     options={"select": "all", "compete": "auto"})  # fmt: skip
     assert len(routed(records)) == 2
-    check_code_matches(records, codes)
+    plugin, stock = count_calls(codes)
+    if DEVICE == "cpu":
+        assert (plugin, stock) == (2, 0)
+    else:
+        assert plugin >= 1 and plugin + stock == 2, (plugin, stock)
+        assert any(TEMPLATE_MARKER in src for src in kernels_of(codes).values())

@@ -1,6 +1,7 @@
 """The plugin's Inductor template: epilogues fuse into it (GPU), the extern path elsewhere (CPU)."""
 
 import inspect
+import logging
 import re
 
 import pytest
@@ -193,7 +194,8 @@ def test_gpu_swiglu_product_stays_out_of_the_template():
     module = SwiGLU()
     x = torch.randn(2048, D, device=DEVICE, dtype=torch.bfloat16)
     with torch.no_grad():
-        out, codes, records = compile_code(module, x)
+        # compete=False: the plugin's kernels whatever the autotuner would time (see below).
+        out, codes, records = compile_code(module, x, options={"compete": False})
         ref = module(x)
     assert len(records) == 3 and all(r.routed for r in records)
     text = "\n".join(codes)
@@ -201,6 +203,24 @@ def test_gpu_swiglu_product_stays_out_of_the_template():
     assert text.count("extern_kernels.inductor_mm_plugin_mm(") == 3, text
     pointwise = [name for name in kernels_of(codes) if name.startswith("triton_poi") and "silu" in name]
     assert pointwise, kernels_of(codes).keys()  # e.g. triton_poi_fused_mul_silu_0
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_sites_with_nothing_to_fuse_compete_by_default(caplog):
+    """Under the default compete="auto" SwiGLU's three matmuls (nothing fuses into them)
+    each run the plugin's kernel or aten's, whichever Inductor's autotuner timed faster."""
+    module = SwiGLU()
+    x = torch.randn(2048, D, device=DEVICE, dtype=torch.bfloat16)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="inductor_mm_plugin.routing"):
+        out, codes, records = compile_code(module, x)
+        ref = module(x)
+    assert len(records) == 3 and all(r.routed for r in records)
+    assert caplog.text.count("competes with aten (compete='auto'): nothing fuses into it") == 3, caplog.text
+    text = "\n".join(codes)
+    assert MARKER not in text  # no template configs compete where nothing fuses
+    plugin = text.count("extern_kernels.inductor_mm_plugin_mm(")
+    assert plugin + text.count("extern_kernels.mm(") == 3, text
     torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
 
 

@@ -4,8 +4,9 @@ Without a lowering a custom op reaches Inductor as an opaque fallback kernel. Wi
 Inductor decides how each routed op runs (see ``_mm_like`` for the rule): the plugin's
 Triton template when the site feeds a pointwise epilogue (on CUDA), the plugin kernel as an
 extern kernel choice (``extern_kernels.inductor_mm_plugin_mm(...)`` in the generated code)
-otherwise, and, when the routing pass asked the site to compete, all of them and aten's
-kernel benchmarked by Inductor's autotuner so the fastest runs ("route only where faster").
+otherwise, and, when the routing pass asked the site to compete, the plugin's choices (all
+of them, or its extern kernel alone where nothing fuses into the site) and aten's kernel
+benchmarked by Inductor's autotuner so the fastest runs ("route only where faster").
 
 Registration is lazy (``register_lowerings()``, called by the backend and by
 ``inductor_options``) and idempotent. The extern choices are created when this module is
@@ -20,7 +21,7 @@ import torch
 
 from ..ops.matmul import addmm_launch, bmm_launch, mm_launch
 from . import compat, template
-from .routing import META_KEY
+from .routing import COMPETE_ALL, META_KEY
 
 plugin_ops = torch.ops.inductor_mm_plugin
 
@@ -70,22 +71,23 @@ def _decision() -> dict:
     return node.meta.get(META_KEY, {}) if node is not None else {}
 
 
-# How a routed mm/addmm is lowered, by what the routing pass saw:
-#   compete:          template configs + extern plugin kernel + aten, benchmarked by Inductor
-#   a pointwise user: the template alone, so the scheduler fuses the epilogue into it
-#   otherwise:        the extern plugin kernel (the persistent TMA kernel where it applies)
+# How a routed mm/addmm is lowered, by what the routing pass decided (routing.competition):
+#   compete "all":     template configs + extern plugin kernel + aten, benchmarked by Inductor
+#   compete "kernels": extern plugin kernel + aten, benchmarked (nothing fuses into the site)
+#   a pointwise user:  the template alone, so the scheduler fuses the epilogue into it
+#   otherwise:         the extern plugin kernel (the persistent TMA kernel where it applies)
 # On the CPU (Triton's interpreter) only the extern kernel and aten exist.
 
 
 def _mm_like(name, extern, aten_choice, a, b, layout, m, n, k, bias=None, alpha=1, beta=1):
     decision = _decision()
-    compete = bool(decision.get("compete"))
+    compete = decision.get("compete")  # None, COMPETE_ALL or COMPETE_KERNELS
     nodes = [bias, a, b] if bias is not None else [a, b]
     scalars = {"beta": beta, "alpha": alpha} if bias is not None else {}
     choices = []
-    if template.usable(layout) and (compete or decision.get("epilogue")):
+    if template.usable(layout) and (compete == COMPETE_ALL or (decision.get("epilogue") and not compete)):
         template.append_choices(choices, a, b, layout, m=m, n=n, k=k, bias=bias, alpha=alpha, beta=beta,
-                                compete=compete)  # fmt: skip
+                                compete=compete == COMPETE_ALL)  # fmt: skip
     if compete or not choices:
         choices.append(extern.bind(tuple(nodes), layout, **scalars))
     if compete:

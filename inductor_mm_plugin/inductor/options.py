@@ -17,10 +17,13 @@ class PluginOptions:
              predicate ``select(site) -> bool`` (see ``inductor_mm_plugin.inductor.selection``).
     compete: whether a routed site lets Inductor's autotuner choose between the plugin's
              kernels (with their fused epilogue) and aten for its shape ("route only where
-             faster"): "auto" (default) only for CUDA sites that would take the plugin's
-             slower pointer kernel (``selection.slower_path_reason``), so that path is
-             never a silent slowdown; True for every routed site; False never, so a routed
-             site always runs the plugin.
+             faster"). "auto" (default), on CUDA: sites that would take the plugin's slower
+             pointer kernel (``selection.slower_path_reason``) compete with all the plugin's
+             choices, and sites with nothing to fuse (no pointwise user; every bmm) let the
+             plugin's kernel compete with aten's; a site with an epilogue takes the plugin's
+             template with the epilogue fused (``routing.competition``). True: every routed
+             site competes with all the plugin's choices. False: never, so a routed site
+             always runs the plugin.
     """
 
     select: SelectSpec = "auto"

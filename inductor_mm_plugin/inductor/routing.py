@@ -159,13 +159,13 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
         record = SiteRecord(site, routed, reason, label)
         records.append(record)
         if routed:
-            slower = slower_path_reason(node) if options.compete == "auto" else None
-            compete = options.compete is True or slower is not None
-            _replace(graph, node, site, compete)
-            if slower:
-                log.info("routed %s; competes with aten (compete='auto'): %s", site, slower)
+            epilogue = site.op != "bmm" and _feeds_pointwise(node)
+            compete, why = competition(node, options.compete, epilogue)
+            _replace(graph, node, site, compete, epilogue)
+            if compete and why:
+                log.info("routed %s; competes with aten (compete='auto'): %s", site, why)
             else:
-                log.info("routed %s", site)
+                log.info("routed %s%s", site, "; competes with aten (compete=True)" if compete else "")
         else:
             log.info("not routed %s: %s", site, reason)
         for listener in list(_listeners):
@@ -246,7 +246,41 @@ def _feeds_pointwise(node: torch.fx.Node) -> bool:
     return found
 
 
-def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, compete: bool) -> None:
+# What a routed site lets Inductor's autotuner choose from (the lowering reads it):
+COMPETE_ALL = "all"  # the plugin's template configs, its extern kernel and aten
+COMPETE_KERNELS = "kernels"  # the plugin's extern kernel and aten
+
+
+def competition(node: torch.fx.Node, option: bool | str, epilogue: bool) -> tuple[str | None, str]:
+    """(what the site competes with, or None; why, for the log) under the ``compete`` option.
+
+    ``compete="auto"`` lets a CUDA site compete where routing it could only cost time:
+    * where the plugin would run its slower pointer kernel (``slower_path_reason``): its
+      template configs, its kernel and aten;
+    * where nothing fuses into it (no pointwise user, or a bmm, which has no template): the
+      plugin's value there is its kernel's speed alone, so its kernel competes with aten's
+      and the faster runs. A site with an epilogue keeps the template without competing:
+      Inductor's autotuner in default mode times a choice without its epilogue, which would
+      hide what the fusion saves.
+    """
+    if option is True:
+        return COMPETE_ALL, ""
+    if option is False:
+        return None, ""
+    slower = slower_path_reason(node)
+    if slower is not None:
+        return COMPETE_ALL, slower
+    if not epilogue and _on_cuda(node):
+        return COMPETE_KERNELS, "nothing fuses into it, so its kernel runs only where the autotuner times it faster"
+    return None, ""
+
+
+def _on_cuda(node: torch.fx.Node) -> bool:
+    val = node.args[-1].meta.get("val") if isinstance(node.args[-1], torch.fx.Node) else None
+    return isinstance(val, torch.Tensor) and val.device.type == "cuda"
+
+
+def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, compete: str | None, epilogue: bool) -> None:
     op = PLUGIN_OPS[site.op]
     if site.op == "addmm":
         bias, a, b = node.args[:3]
@@ -259,6 +293,6 @@ def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, compete: bo
     for key in COPIED_META:
         if key in node.meta:
             new.meta[key] = node.meta[key]
-    new.meta[META_KEY] = {"compete": compete, "site": str(site), "epilogue": _feeds_pointwise(node)}
+    new.meta[META_KEY] = {"compete": compete, "site": str(site), "epilogue": epilogue}
     node.replace_all_uses_with(new)
     graph.erase_node(node)
