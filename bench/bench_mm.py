@@ -290,7 +290,7 @@ def to_markdown(meta, rows, summ):
         f"Each row timed in {meta.get('rounds', 1)} round(s), the order reversed each round (bench/_timing.py); "
         "ratio = torch.mm time / plugin time within a round, median over rounds (above 1: the plugin is "
         "faster), range = lowest-highest round; TFLOP/s from median times. SM clock (nvidia-smi) at start: "
-        f"{meta.get('sm_clock_start', '?')}; at end: {meta.get('sm_clock_end', '?')}. `tuned` = the plugin "
+        f"{meta.get('sm_clock_start', '?')}; at end: {meta.get('sm_clock_end', '(run cut short)')}. `tuned` = the plugin "
         "with autotuning (classes " + ", ".join(meta["tune_classes"]) + "; dtypes "
         + ", ".join(meta["tune_dtypes"]) + "); `inductor` = "
         "`torch.compile(torch.mm, mode=\"max-autotune-no-cudagraphs\")` (bf16/fp32 row rows of "
@@ -404,6 +404,7 @@ def main(argv=None):
             f"plugin {r['plugin_tflops']:7.1f}  ratio {r['ratio']:.3f}{extra}{bw}  [{r['plugin_config']}]",
             flush=True,
         )
+        write(args, meta, rows)  # after every row: a run cut short keeps what it measured
     # Inductor last (see implementations()); its ratio is against torch.mm timed in that pass.
     for row, r in zip(rows_todo, rows):
         if wants_inductor(row, set(args.inductor_shapes)):
@@ -413,15 +414,20 @@ def main(argv=None):
                   f"{r['inductor_ratio']:.3f} (compile {r['inductor_compile_s']:.0f}s)", flush=True)  # fmt: skip
     meta["bench_seconds"] = time.time() - t_start
     meta["sm_clock_end"] = sm_clock()
+    print(write(args, meta, rows))
+
+
+def write(args, meta, rows) -> str:
+    """Write ``<out>/<date>-<gpu>[-tag].{json,md}``; returns the markdown."""
     meta["peak_tflops"] = max([r["cublas_tflops"] for r in rows if r["dtype"] != "fp32"] or [float("nan")])
     summ = summary(rows)
     md = to_markdown(meta, rows, summ)
-    print(md)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{meta['date']}-{meta['gpu'].replace(' ', '_')}" + (f"-{args.tag}" if args.tag else "")
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "summary": summ, "rows": rows}, indent=1))
     (out / f"{stem}.md").write_text(md)
+    return md
 
 
 if __name__ == "__main__":
