@@ -44,6 +44,11 @@ BLOCKS = {  # name: (M, d, f, activation)
     "gelu-8192x4096x14336": (8192, 4096, 14336, F.gelu),
     "gelu-8192x1024x4096": (8192, 1024, 4096, F.gelu),
     "none-8192x1024x1024": (8192, 1024, 1024, None),
+    # Issue 6's smallest blocks (~10-40 us): the TMA template's device-side descriptors cost
+    # 3-4.5 us per launch there; the pointer template ("ptr-" variants) makes none.
+    "none-2048x1024x1024": (2048, 1024, 1024, None),
+    "gelu-2048x1024x4096": (2048, 1024, 4096, F.gelu),
+    "none-2048x2048x2048": (2048, 2048, 2048, None),
 }
 # Forced template configs: (config, programs per SM, TMA store). Two programs per SM overlap
 # one program's epilogue with the other's main loop (a software ping-pong without warp
@@ -58,6 +63,10 @@ VARIANTS = {
     "128x128x64w4s4": (MatmulConfig("tma", 128, 128, 64, 8, 4, 4, flatten=True), 1, False),
     "128x128x64w4s3-x2": (MatmulConfig("tma", 128, 128, 64, 8, 4, 3, flatten=True), 2, False),
     "128x256x64w8s3-tmastore": (MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True), 1, True),
+    "128x64x64w4s4": (MatmulConfig("tma", 128, 64, 64, 8, 4, 4, flatten=True), 1, False),
+    "ptr-64x128x64w4s4": (MatmulConfig("ptr", 64, 128, 64, 8, 4, 4), 1, False),
+    "ptr-128x128x64w8s4": (MatmulConfig("ptr", 128, 128, 64, 8, 8, 4), 1, False),
+    "ptr-128x64x64w4s4": (MatmulConfig("ptr", 128, 64, 64, 8, 4, 4), 1, False),
 }
 
 
@@ -82,9 +91,12 @@ class _TmaStore:
 
 @contextlib.contextmanager
 def forced(cfg, per_sm, store):
-    """The TMA template with only ``cfg``, ``per_sm`` programs per SM, TMA store or not."""
-    saved = template.tma_configs, template._tma_kwargs, template.plugin_tma_template
-    template.tma_configs = lambda *a, **k: [cfg]
+    """The TMA template with only ``cfg``, ``per_sm`` programs per SM, TMA store or not; or,
+    for a "ptr" config, the pointer template with only ``cfg``."""
+    saved = template.tma_configs, template._tma_kwargs, template.plugin_tma_template, template.heuristic_config
+    template.tma_configs = lambda *a, **k: [] if cfg.kernel == "ptr" else [cfg]
+    if cfg.kernel == "ptr":
+        template.heuristic_config = lambda *a, **k: cfg
     template._tma_kwargs = lambda c, ak, bk, num_sms, *rest: saved[1](c, ak, bk, num_sms * per_sm, *rest)
     if store:
         t = template._template("inductor_mm_plugin_mm_tma_store_exp", template.compat.persistent_mm_grid,
@@ -93,7 +105,8 @@ def forced(cfg, per_sm, store):
     try:
         yield
     finally:
-        template.tma_configs, template._tma_kwargs, template.plugin_tma_template = saved
+        (template.tma_configs, template._tma_kwargs, template.plugin_tma_template,
+         template.heuristic_config) = saved
 
 
 _loaded = []  # (name, registers, spills, shared bytes) of each Triton kernel loaded
