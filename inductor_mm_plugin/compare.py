@@ -107,6 +107,7 @@ class SiteResult:
     routed: bool
     reason: str
     plugin_ms: float | None = None
+    compete: str | None = None  # routed, but Inductor's autotuner may have kept aten (routing.competition)
     aten_ms: float | None = None
 
     @property
@@ -140,7 +141,7 @@ class Report:
             rows.append((
                 "-" if s.graph is None else str(s.graph), s.phase, s.module or "<root>", s.op,
                 " ".join("x".join(map(str, shape)) or "[]" for shape in s.shapes), s.dtype,
-                " ".join(_layout(st) for st in s.strides[-2:]), "yes" if s.routed else "no", s.reason,
+                " ".join(_layout(st) for st in s.strides[-2:]), _routed(s), s.reason,
             ))  # fmt: skip
         return _table(rows)
 
@@ -197,7 +198,7 @@ class Report:
         for s in self.sites:
             shapes = " ".join("x".join(map(str, x)) for x in s.shapes)
             out.append(f"| {s.graph} | {s.phase} | {s.module or '&lt;root&gt;'} | {s.op} | {shapes} | {s.dtype} | "
-                       f"{'yes' if s.routed else 'no'} | {s.reason} | {_f(s.plugin_ms)} | {_f(s.aten_ms)} | "
+                       f"{_routed(s)} | {s.reason} | {_f(s.plugin_ms)} | {_f(s.aten_ms)} | "
                        f"{_x(s.speedup)} |")  # fmt: skip
         if not self.timing_meaningful:
             out += ["", f"_{self.timing_note}_"]
@@ -260,6 +261,14 @@ class Report:
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
+
+
+def _routed(s: SiteResult) -> str:
+    """"yes", "no", or "yes, competes": routed, then timed against aten by Inductor's
+    autotuner, which keeps the faster (the per-site times below say which that is)."""
+    if not s.routed:
+        return "no"
+    return "yes, competes" if s.compete else "yes"
 
 
 def _layout(stride) -> str:
@@ -582,5 +591,5 @@ def _site_result(r: SiteRecord) -> SiteResult:
     return SiteResult(
         graph=r.graph, module=s.module, op=s.op, phase=s.phase,
         shapes=[concrete(x) for x in s.shapes], dtype=s.dtypes[-1], strides=[concrete(x) for x in s.strides],
-        routed=r.routed, reason=r.reason,
+        routed=r.routed, reason=r.reason, compete=r.compete,
     )  # fmt: skip

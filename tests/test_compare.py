@@ -217,3 +217,13 @@ def test_strict_exits_nonzero_on_numerics_failure(monkeypatch, capsys):
 def test_cli_option_without_value_is_an_error(capsys):
     assert cli.main(["compare", f"{EXAMPLES}/mlp.py:make", "--option", "max_autotune", "--quiet"]) == cli.EXIT_ERROR
     assert "--option expects KEY=VALUE, got 'max_autotune'" in capsys.readouterr().err
+
+
+def test_competing_sites_are_marked_in_the_tables():
+    from inductor_mm_plugin.compare import SiteResult, _routed
+
+    site = dict(graph=0, module="down", op="mm", phase="forward", shapes=[[4, 32], [32, 16]], dtype="bfloat16",
+                strides=[[32, 1], [1, 32]])  # fmt: skip
+    assert _routed(SiteResult(**site, routed=True, reason="", compete="kernels")) == "yes, competes"
+    assert _routed(SiteResult(**site, routed=True, reason="")) == "yes"
+    assert _routed(SiteResult(**site, routed=False, reason="select")) == "no"

@@ -464,6 +464,12 @@ def test_heuristic_takes_the_wide_tile_when_one_wave_nearly_fills_the_sms():
     # 1024 x 2048: 64 such tiles, half the SMs idle: not the wide tile.
     narrow = heuristic_config(Problem(1024, 2048, 32768, 1, 2, "bfloat16", tma=True, num_sms=132))
     assert (narrow.block_m, narrow.block_n) != (128, 256)
+    # 2048 x 1024 with a short K: 128 tiles of 128 x 128, one wave rather than two of 128 x 64.
+    short_k = heuristic_config(Problem(2048, 1024, 1024, 1, 2, "bfloat16", tma=True, num_sms=132))
+    assert (short_k.block_m, short_k.block_n, short_k.split_k) == (128, 128, 1)
+    # 768^3: 36 such tiles, latency-bound: the narrower 128 x 64 tiles.
+    small = heuristic_config(Problem(768, 768, 768, 1, 2, "bfloat16", tma=True, num_sms=132))
+    assert (small.block_m, small.block_n) == (128, 64)
 
 
 def test_heuristic_for_few_tiles_keeps_128x128_when_k_is_long():

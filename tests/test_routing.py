@@ -256,8 +256,9 @@ def test_stock_backend_with_inductor_options():
     model = Block()
     opt_in(model.mlp)
     with record_sites() as records:
+        # compete=False: the counts below are of routed sites (see run_compiled).
         _, _, codes = run_compiled(model, x_of(2, 8, 16), train=True,
-                                   options=inductor_mm_plugin.inductor_options(select="opted_in"))  # fmt: skip
+                                   options=inductor_mm_plugin.inductor_options(select="opted_in", compete=False))  # fmt: skip
     assert {r.site.module for r in records if r.routed} == {"mlp.up", "mlp.down"}
     assert {r.site.phase for r in records if r.routed} == {"forward", "backward"}
     check_code_matches(records, codes)
@@ -605,6 +606,7 @@ def test_compete_marks(compete, expect):
         assert [r.routed for r in records] == [True], records
         (node,) = [n for n in graph.nodes if n.target == torch.ops.inductor_mm_plugin.mm.default]
         assert node.meta[META_KEY]["epilogue"] == epilogue
+        assert records[0].compete == node.meta[META_KEY]["compete"]  # what compare reports
         marks.append(node.meta[META_KEY]["compete"])
     assert marks == expect
 

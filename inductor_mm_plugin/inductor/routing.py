@@ -62,6 +62,9 @@ class SiteRecord:
     routed: bool
     reason: str
     graph: object = None  # the RoutePass's label: which captured graph (``compare``)
+    # What a routed site competes with in Inductor's autotuner (``competition``): None,
+    # COMPETE_ALL or COMPETE_KERNELS. A competing site may end up running aten's kernel.
+    compete: str | None = None
 
 
 # Listeners that want every decision (``compare``); a context manager adds one.
@@ -156,8 +159,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     records = []
     for node, site in zip(nodes, sites):
         routed, reason = decide(site, ineligible_reason(node), options.select, root)
-        record = SiteRecord(site, routed, reason, label)
-        records.append(record)
+        compete = None
         if routed:
             epilogue = site.op != "bmm" and _feeds_pointwise(node)
             compete, why = competition(node, options.compete, epilogue)
@@ -168,6 +170,8 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
                 log.info("routed %s%s", site, "; competes with aten (compete=True)" if compete else "")
         else:
             log.info("not routed %s: %s", site, reason)
+        record = SiteRecord(site, routed, reason, label, compete)
+        records.append(record)
         for listener in list(_listeners):
             listener(record)
     graph.lint()
