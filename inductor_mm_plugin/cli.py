@@ -62,9 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="A/B: the plugin against stock Inductor on the same captured graphs")
     c.add_argument("target", help="FILE.py:FACTORY or package.module:FACTORY returning (model, example_inputs)")
     c.add_argument("--select", default=None, help="auto (default), all or opted_in")
-    c.add_argument("--compete", action="store_true",
-                   help="let Inductor pick plugin or aten at every routed site "
-                        "(default: only where the plugin would take its slower pointer kernel)")  # fmt: skip
+    competing = c.add_mutually_exclusive_group()
+    competing.add_argument("--compete", action="store_const", const=True, dest="compete",
+                           help="let Inductor pick plugin or aten at every routed site (default: on CUDA, "
+                                "where the plugin would take its slower kernel or nothing fuses into the site)")
+    competing.add_argument("--no-compete", action="store_const", const=False, dest="compete",
+                           help="run the plugin at every routed site, whatever Inductor's autotuner would pick")
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="an Inductor config key, e.g. max_autotune=true (repeatable)")  # fmt: skip
     c.add_argument("--json", metavar="PATH", help="write the report as JSON")
@@ -96,8 +99,8 @@ def main(argv=None) -> int:
     options = {}
     if args.select:
         options["select"] = args.select
-    if args.compete:
-        options["compete"] = True
+    if args.compete is not None:
+        options["compete"] = args.compete
     for item in args.option:
         if "=" not in item:
             return _fail(f"--option expects KEY=VALUE, got {item!r}")

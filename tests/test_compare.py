@@ -227,3 +227,28 @@ def test_competing_sites_are_marked_in_the_tables():
     assert _routed(SiteResult(**site, routed=True, reason="", compete="kernels")) == "yes, competes"
     assert _routed(SiteResult(**site, routed=True, reason="")) == "yes"
     assert _routed(SiteResult(**site, routed=False, reason="select")) == "no"
+
+
+@pytest.mark.parametrize("flags,expect", [([], "unset"), (["--compete"], True), (["--no-compete"], False)])
+def test_cli_compete_flags_reach_the_options(monkeypatch, flags, expect):
+    seen = {}
+
+    class Passing:
+        ok = True
+
+        def __str__(self):
+            return "verdict: PASS"
+
+    def fake_compare(model, inputs, options=None, **kwargs):
+        seen.update(options or {})
+        return Passing()
+
+    monkeypatch.setattr("inductor_mm_plugin.compare.compare", fake_compare)
+    assert cli.main(["compare", f"{EXAMPLES}/mlp.py:make", "--quiet", *flags]) == 0
+    assert seen.get("compete", "unset") == expect
+
+
+def test_cli_compete_flags_are_exclusive(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["compare", f"{EXAMPLES}/mlp.py:make", "--compete", "--no-compete"])
+    assert "not allowed with argument" in capsys.readouterr().err
