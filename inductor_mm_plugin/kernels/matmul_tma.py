@@ -49,9 +49,10 @@ with a bias epilogue on the H200 (triton 3.6; deterministic with split-K, one re
 without; possibly the register-operand wgmma ordering hazard of triton-lang/triton#5003),
 so the launcher sends that layout to the pointer kernel.
 
-Known gaps: no warp
-specialization: ``WARP_SPECIALIZE`` exists as a config option, but on sm_90 with triton 3.6
-it yields PTX identical to the unflattened loop (compiled offline), so no config sets it;
+Known gaps: ``WARP_SPECIALIZE`` exists as a config option and, on the H200 with triton 3.6,
+does warp-specialize the loop (8 warps, ``FLATTEN`` off; 4 warps fail in the
+NVGPUWarpSpecialization pass), but interleaved timing put it within 3% of the flattened
+loop (bench/results/2026-11-29-NVIDIA_H200-ab-configs.json), so no heuristic config sets it;
 fp32 with an N-major B reaches about half of cuBLAS (TF32 wgmma wants K-major shared-memory
 operands).
 """
