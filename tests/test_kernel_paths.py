@@ -381,11 +381,7 @@ def test_raw_launch_that_the_c_launcher_rejects_falls_back(monkeypatch):
     for name, value in (("compiled", compiled), ("raw", None), ("encoded", {})):
         monkeypatch.setattr(plan, name, value)
     monkeypatch.setattr(impl, "_tensormap_args", _fake_tensormap)
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    monkeypatch.setattr(impl, "_DIRECT_LAUNCH", True)
-    with pytest.warns(RuntimeWarning, match="direct kernel launch failed.*40 arguments"):
-        assert not plan.launch_direct(a, b, poisoned(40, 48, dtype=dt), None, 1.0, 1.0)
-    assert impl._DIRECT_LAUNCH is False  # Triton's own launch from now on
+    _assert_direct_launch_falls_back(monkeypatch, plan, a, b, "direct kernel launch failed.*40 arguments")
 
 
 def test_raw_launch_only_for_triton36s_launcher():
@@ -405,10 +401,15 @@ def test_direct_launch_that_the_launcher_rejects_falls_back(monkeypatch):
     a, b = operand(40, 64, dt), operand(64, 48, dt)
     plan = impl._launch(a, b, poisoned(40, 48, dtype=dt))
     monkeypatch.setattr(plan, "compiled", _RecordingLauncher(error=TypeError("launcher changed its calling convention")))
+    _assert_direct_launch_falls_back(monkeypatch, plan, a, b, "direct kernel launch failed")
+
+
+def _assert_direct_launch_falls_back(monkeypatch, plan, a, b, match):
+    """A direct launch the launcher rejects launches nothing, warns, and turns direct launch off."""
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
     monkeypatch.setattr(impl, "_DIRECT_LAUNCH", True)
-    with pytest.warns(RuntimeWarning, match="direct kernel launch failed"):
-        assert not plan.launch_direct(a, b, poisoned(40, 48, dtype=dt), None, 1.0, 1.0)
+    with pytest.warns(RuntimeWarning, match=match):
+        assert not plan.launch_direct(a, b, poisoned(a.shape[0], b.shape[1], dtype=a.dtype), None, 1.0, 1.0)
     assert impl._DIRECT_LAUNCH is False  # Triton's own launch from now on
 
 
