@@ -206,7 +206,7 @@ def heuristic_config(m: int, n: int, k: int, elem_bytes: int) -> MatmulConfig:
     tiles = lambda bm, bn: -(-m // bm) * -(-n // bn)  # noqa: E731
     if tiles(128, 256) >= _NUM_SMS:
         return MatmulConfig("ptr", 128, 256, 64, 8, 8, 3)
-    if 10 * tiles(128, 128) >= 9 * _NUM_SMS:  # one wave from 90% of the SMs (kernels/configs.py)
+    if configs.fills_a_wave(tiles(128, 128), _NUM_SMS):
         return MatmulConfig("ptr", 128, 128, 64, 8, 8, 4)
     return MatmulConfig("ptr", 64, 128, 64, 8, 4, 4)
 

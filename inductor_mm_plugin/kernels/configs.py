@@ -114,6 +114,12 @@ def _pow2_ceil(x: int) -> int:
     return 1 if x <= 1 else 1 << (x - 1).bit_length()
 
 
+def fills_a_wave(tiles: int, num_sms: int) -> bool:
+    """Whether ``tiles`` programs occupy at least 90% of the SMs: then one wave of these
+    (wider) tiles beats two of narrower ones (see _heuristic_tma for the measurements)."""
+    return 10 * tiles >= 9 * num_sms
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -228,7 +234,7 @@ def _heuristic_tma_fp32(p: Problem) -> MatmulConfig:
 def _heuristic_tma(p: Problem) -> MatmulConfig:
     tiles = lambda bm, bn: _cdiv(p.M, bm) * _cdiv(p.N, bn) * p.batch  # noqa: E731
     sms = p.num_sms
-    if 10 * tiles(128, 256) >= 9 * sms and p.N > 128:
+    if fills_a_wave(tiles(128, 256), sms) and p.N > 128:
         # LLM prefill shapes: 0.84-1.01; without subtiling 1% better on average than with
         # (3 stages fit either way), 4 stages and 256x128 no better. Not for N <= 128 (the
         # attention batch p @ v, N = head dim 128: half of every 256-wide tile is empty,
@@ -240,7 +246,7 @@ def _heuristic_tma(p: Problem) -> MatmulConfig:
         # Narrow N with a long K (the attention batch p @ v: 256 x 2048 x 128 x 2048, bf16):
         # 128-deep K steps, 1.00 of cuBLAS; 128x128x64 s4 with subtiling 0.94, 256x128 0.96.
         return MatmulConfig("tma", 128, 128, 128, 8, 8, 3, epilogue_subtile=True, flatten=True)
-    if 10 * tiles(128, 128) >= 9 * sms or p.batch > 1:
+    if fills_a_wave(tiles(128, 128), sms) or p.batch > 1:
         # From 90% of the SMs, as above: 2048x1024x1024 has 128 tiles of 128 x 128, and one
         # wave of them beat two of 128 x 64 (the pointer template under CUDA graphs on the
         # H200: 8.3 us vs 9.1 us; the TMA kernel with 128 x 64 tiles took 11.3 us, cuBLAS 7.8).
