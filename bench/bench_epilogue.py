@@ -10,7 +10,8 @@ Each block is compiled outside the timed region (``torch._dynamo.reset()`` per b
 timed under CUDA graphs (``triton.testing.do_bench_cudagraph``, median), every arm on the
 same inputs, after checking the plugin's output against eager; the arms are timed in
 ``--rounds`` rounds, the order reversed each round (``_timing.py``), and speedup = stock time
-/ plugin time within a round, the median over rounds. Writes ``<out>/<date>-<gpu>-epilogue.{json,md}`` with date, GPU and versions.
+/ plugin time within a round, the median over rounds. Writes
+``<out>/<date>-<gpu>-epilogue.{json,md}`` with date, GPU and versions.
 """
 
 from __future__ import annotations
