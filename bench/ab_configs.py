@@ -1,6 +1,7 @@
 """Interleaved A/B of kernel configs against torch.mm: for decisions a single sweep cannot make.
 
-    python bench/ab_configs.py --rounds 5 --out $OUT
+    python bench/ab_configs.py --rounds 5 --out $OUT            # bf16: warp specialization
+    python bench/ab_configs.py --set fp32 --rounds 3 --out $OUT # TF32 tile shapes
 
 A sweep (``sweep_configs.py``) times each config once, one after the other; on the H200 two
 sweeps of the same configs minutes apart disagreed by up to 18% on the same shape (sustained
@@ -10,7 +11,7 @@ each round) and the ratio cuBLAS / candidate is taken within each round; the rep
 each candidate's median ratio over the rounds and its range, with the SM clock read by
 ``nvidia-smi`` before and after each shape. Outputs are checked against torch.mm first.
 
-Writes ``<out>/ab-configs.json`` and prints a table.
+Writes ``<out>/ab-configs[-<set>].json`` and prints a table.
 """
 
 from __future__ import annotations
@@ -44,6 +45,27 @@ SHAPES = [
 ]  # fmt: skip
 
 
+# fp32 with TF32 allowed (issue 5's fp32 class), both layouts: an N-major B goes through
+# registers as the first operand (SWAP_AB in kernels/matmul_tma.py), so BLOCK_N is the
+# wgmma's M there. Shared memory per stage is twice bf16's: 128 x 256 needs the subtiled store.
+FP32_CANDIDATES = {
+    "128x128x32 s4 sub": T("tma", 128, 128, 32, 8, 8, 4, epilogue_subtile=True),
+    "128x128x32 s5 sub flat": T("tma", 128, 128, 32, 8, 8, 5, epilogue_subtile=True, flatten=True),
+    "128x128x32 w4 s4 sub flat": T("tma", 128, 128, 32, 8, 4, 4, epilogue_subtile=True, flatten=True),
+    "128x128x32 g16 s4 sub flat": T("tma", 128, 128, 32, 16, 8, 4, epilogue_subtile=True, flatten=True),
+    "128x256x32 s3 sub flat": T("tma", 128, 256, 32, 8, 8, 3, epilogue_subtile=True, flatten=True),
+    "256x128x32 s3 sub flat": T("tma", 256, 128, 32, 8, 8, 3, epilogue_subtile=True, flatten=True),
+    "128x256x16 s5 sub flat": T("tma", 128, 256, 16, 8, 8, 5, epilogue_subtile=True, flatten=True),
+    "128x128x16 s6 sub flat": T("tma", 128, 128, 16, 8, 8, 6, epilogue_subtile=True, flatten=True),
+    "128x128x64 s2 sub flat": T("tma", 128, 128, 64, 8, 8, 2, epilogue_subtile=True, flatten=True),
+    "128x64x32 w4 s4 flat": T("tma", 128, 64, 32, 8, 4, 4, flatten=True),
+    "64x128x32 w4 s4 flat": T("tma", 64, 128, 32, 8, 4, 4, flatten=True),
+}
+FP32_SHAPES = [(4096, 4096, 4096, "row"), (4096, 4096, 4096, "linear"), (8192, 4096, 4096, "row"),
+               (8192, 4096, 4096, "linear")]  # fmt: skip
+SETS = {"ws": (CANDIDATES, SHAPES), "fp32": (FP32_CANDIDATES, FP32_SHAPES)}
+
+
 def operands(M, N, K, layout, dtype):
     a = torch.randn(M, K, device="cuda", dtype=dtype)
     b = torch.randn(N, K, device="cuda", dtype=dtype).t() if layout == "linear" else torch.randn(K, N, device="cuda", dtype=dtype)
@@ -59,23 +81,32 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/ab"))
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
-    p.add_argument("--candidates", nargs="*", default=list(CANDIDATES), choices=list(CANDIDATES))
+    p.add_argument("--set", default="ws", choices=list(SETS), help="candidates and shapes (fp32: TF32 allowed)")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"], help="for the bf16/fp16 sets")
+    p.add_argument("--candidates", nargs="*", help="a subset of the set's candidates")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("ab_configs.py needs a CUDA device")
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    candidates, shapes = SETS[args.set]
+    if args.candidates:
+        unknown = set(args.candidates) - set(candidates)
+        if unknown:
+            sys.exit(f"unknown candidates {sorted(unknown)} for set {args.set}; expected some of {list(candidates)}")
+        candidates = {n: candidates[n] for n in args.candidates}
+    if args.set == "fp32":
+        dtype, args.dtype = torch.float32, "fp32"
+        torch.backends.cuda.matmul.allow_tf32 = True  # this script's own process: TF32 for both sides
+    else:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "dtype": args.dtype, "rounds": args.rounds, "rows": []}  # fmt: skip
-    names = ["heuristic", *args.candidates]
-    for M, N, K, layout in SHAPES:
+    for M, N, K, layout in shapes:
         a, b = operands(M, N, K, layout, dtype)
         ref = torch.mm(a, b)
         out = torch.empty(M, N, device="cuda", dtype=dtype)
         fns = {"heuristic": lambda: torch.ops.inductor_mm_plugin.mm(a, b)}
         errors = {}
-        for name in args.candidates:
-            cfg = CANDIDATES[name]
+        for name, cfg in candidates.items():
             try:
                 out.fill_(float("nan"))
                 impl._launch(a, b, out, config=cfg)
@@ -104,7 +135,7 @@ def main():
             print(f"    {n:12s} {e}", flush=True)
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "ab-configs.json").write_text(json.dumps(result, indent=1))
+    (out_dir / ("ab-configs.json" if args.set == "ws" else f"ab-configs-{args.set}.json")).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ each timed under CUDA graphs (``do_bench_cudagraph`` median) on the same inputs:
 * eager cuBLAS: ``x @ w.T``, ``F.linear``, ``F.linear`` + the activation (two kernels);
 * the plugin's eager ops ``inductor_mm_plugin::mm`` / ``::addmm`` (the TMA kernel);
 * stock ``torch.compile`` of the block;
-* the plugin backend's template (``--variants``: a forced config, programs per SM, TMA store
-  or not) on four arms, each with a pointwise user so the routed matmul takes the template:
+* the plugin backend's template (``--variants``: ``heuristic``, the backend's own pick, or a
+  forced config, programs per SM, TMA store or not) on four arms (``--arms``), each with a pointwise user so the routed matmul takes the template:
   ``(x @ w.T) * 2`` (the template and its store), ``linear(x) * 2`` (+ the bias),
   ``act(x @ w.T)`` (+ the activation) and ``act(linear(x))`` (both), with the template
   kernel's registers, spills and shared memory.
@@ -49,11 +49,17 @@ BLOCKS = {  # name: (M, d, f, activation)
     "none-2048x1024x1024": (2048, 1024, 1024, None),
     "gelu-2048x1024x4096": (2048, 1024, 4096, F.gelu),
     "none-2048x2048x2048": (2048, 2048, 2048, None),
+    # The rest of the suite's matmuls with K <= 2048, and one with K = 4096 (a down projection).
+    "gelu-2048x2048x8192": (2048, 2048, 8192, F.gelu),
+    "none-8192x2048x2048": (8192, 2048, 2048, None),
+    "none-2048x4096x1024": (2048, 4096, 1024, None),
 }
 # Forced template configs: (config, programs per SM, TMA store). Two programs per SM overlap
 # one program's epilogue with the other's main loop (a software ping-pong without warp
 # specialization), if both fit an SM's shared memory and registers.
 VARIANTS = {
+    "heuristic": None,  # what the plugin backend picks by itself
+    "ptr-heuristic": (None, 1, False),  # the pointer template with its own heuristic pick
     "128x256x64w8s3": (MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True), 1, False),
     "128x256x64w8s3-sub": (MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True), 1, False),
     "256x128x64w8s3": (MatmulConfig("tma", 256, 128, 64, 8, 8, 3, flatten=True), 1, False),
@@ -81,6 +87,9 @@ TMA_STORE_SOURCE = template.TMA_SOURCE.replace(_POINTER_STORE_TAIL, """\
 """)
 
 
+ARMS = ("(x @ w.T) * 2", "linear(x) * 2", "act(x @ w.T)", "act(linear(x))")
+
+
 class _TmaStore:
     def __init__(self, wrapped):
         self.wrapped = wrapped
@@ -92,10 +101,11 @@ class _TmaStore:
 @contextlib.contextmanager
 def forced(cfg, per_sm, store):
     """The TMA template with only ``cfg``, ``per_sm`` programs per SM, TMA store or not; or,
-    for a "ptr" config, the pointer template with only ``cfg``."""
+    for a "ptr" config, the pointer template with only ``cfg``; for None, the pointer
+    template with its own heuristic."""
     saved = template.tma_configs, template._tma_kwargs, template.plugin_tma_template, template.heuristic_config
-    template.tma_configs = lambda *a, **k: [] if cfg.kernel == "ptr" else [cfg]
-    if cfg.kernel == "ptr":
+    template.tma_configs = lambda *a, **k: [] if cfg is None or cfg.kernel == "ptr" else [cfg]
+    if cfg is not None and cfg.kernel == "ptr":
         template.heuristic_config = lambda *a, **k: cfg
     template._tma_kwargs = lambda c, ak, bk, num_sms, *rest: saved[1](c, ak, bk, num_sms * per_sm, *rest)
     if store:
@@ -179,7 +189,7 @@ def profile_swiglu(m, d, f):
                     print(f"    {e.device_time_total / 20:8.1f} us  x{e.count // 20:<2d} {e.key[:110]}", flush=True)
 
 
-def breakdown_block(name, variants, code=None):
+def breakdown_block(name, variants, arm_names=ARMS, code=None):
     """Time one block of ``BLOCKS`` arm by arm and print a line per arm."""
     m, d, f, act = BLOCKS[name]
     torch.manual_seed(0)
@@ -215,8 +225,9 @@ def breakdown_block(name, variants, code=None):
         "act(linear(x))": block,
     }
     plugin = {"backend": "inductor_mm_plugin"}
+    arms = {label: arms[label] for label in arm_names}
     for vname in variants:
-        with forced(*VARIANTS[vname]):
+        with forced(*VARIANTS[vname]) if VARIANTS[vname] else contextlib.nullcontext():
             for label, fn in arms.items():
                 since = len(_loaded)
                 to = code / f"{name}-{vname}.py" if code and fn is block else None
@@ -231,6 +242,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--blocks", nargs="*", default=list(BLOCKS), choices=list(BLOCKS))
     p.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS), help="the template arms to time")
     p.add_argument("--code", default=None, help="directory for the plugin's generated code of each block")
     p.add_argument("--swiglu", nargs=3, type=int, metavar=("M", "D", "F"), action="append", default=[],
                    help="profile a compiled SwiGLU MLP kernel by kernel, stock and plugin (repeatable)")
@@ -249,7 +261,7 @@ def main(argv=None):
     if code:
         code.mkdir(parents=True, exist_ok=True)
     for name in args.blocks:
-        breakdown_block(name, args.variants, code)
+        breakdown_block(name, args.variants, args.arms, code)
 
 if __name__ == "__main__":
     main()
