@@ -98,7 +98,7 @@ def test_tma_template_mirrors_the_tma_kernel():
 
 
 @pytest.mark.parametrize("m,n,k", [(2048, 4096, 4096), (8192, 14336, 4096), (64, 4096, 4096), (1, 4096, 14336),
-                                   (768, 768, 768), (2048, 2048, 32768), (16384, 128, 4096)])  # fmt: skip
+                                   (2048, 2048, 2048), (2048, 2048, 32768), (32768, 128, 4096)])  # fmt: skip
 @pytest.mark.parametrize("a_kmajor,b_kmajor", [(True, True), (True, False), (False, True)])
 def test_tma_template_takes_the_eager_heuristic_without_split_k(m, n, k, a_kmajor, b_kmajor):
     cfgs = template.tma_configs(m, n, k, torch.bfloat16, a_kmajor, b_kmajor, 132)
@@ -114,6 +114,22 @@ def test_tma_template_takes_the_eager_heuristic_without_split_k(m, n, k, a_kmajo
     competing = template.tma_configs(m, n, k, torch.bfloat16, a_kmajor, b_kmajor, 132, compete=True)
     assert competing[0] == cfg and len(competing) > 1
     assert all(c.split_k == 1 and configs.fits(c, 2) for c in competing)
+
+
+@pytest.mark.parametrize("m,n,k", [(2048, 1024, 1024), (2048, 1024, 4096), (768, 768, 768), (1024, 2048, 2048),
+                                   (16384, 128, 4096), (129, 64, 8)])  # fmt: skip
+def test_one_wave_of_tiles_takes_the_pointer_template_unless_competing(m, n, k):
+    """Every 128 x 128 tile in one wave, one per program, K <= 4096: the pointer template (no
+    device-side descriptors to build); the TMA template still competes when asked."""
+    assert template.tma_configs(m, n, k, torch.bfloat16, True, True, 132) == []
+    assert template.tma_configs(m, n, k, torch.bfloat16, True, True, 132, compete=True)
+
+
+@pytest.mark.parametrize("m,n,k", [(2048, 2048, 2048), (2048, 2048, 1024), (4096, 1024, 1024), (2048, 1024, 8192),
+                                   (300, 4096, 1024), (128, 4096, 1024)])  # fmt: skip
+def test_wide_tiles_two_waves_long_k_or_decode_sized_m_keep_the_tma_template(m, n, k):
+    (cfg,) = template.tma_configs(m, n, k, torch.bfloat16, True, True, 132)
+    assert cfg.kernel == "tma"
 
 
 def test_tma_template_leaves_fp32_to_the_pointer_template():
@@ -233,8 +249,9 @@ def test_gpu_sites_with_nothing_to_fuse_compete_by_default(caplog):
                             (1000, 520, 333, False, True)])  # fmt: skip
 def test_gpu_template_and_eager_kernel_agree_bitwise(m, n, k, a_t, with_bias):
     """Each template computes what its eager kernel computes on the same config, bit for bit:
-    the TMA template where the operands are 16-byte aligned (an nn.Linear bias added in the
-    kernel), the pointer template otherwise (the bias through Inductor's epilogue)."""
+    the TMA template where the operands are 16-byte aligned and the problem takes more than
+    one wave of tiles (an nn.Linear bias added in the kernel), the pointer template otherwise
+    (the bias through Inductor's epilogue)."""
     from inductor_mm_plugin.ops.matmul import _launch
 
     a = torch.randn(k, m, device=DEVICE, dtype=torch.bfloat16).t() if a_t else torch.randn(m, k, device=DEVICE,
@@ -251,11 +268,12 @@ def test_gpu_template_and_eager_kernel_agree_bitwise(m, n, k, a_t, with_bias):
     kernels = [src for src in kernels_of(codes).values() if MARKER in src]
     assert len(kernels) == 1, kernels
     aligned = k * 2 % 16 == 0 and (not a_t or m * 2 % 16 == 0)  # TMA: 16-byte aligned row strides
-    assert ("make_tensor_descriptor" in kernels[0]) == aligned
-    assert ("tl.load(BIAS + offs_n" in kernels[0]) == (with_bias and aligned)
     sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
-    if aligned:
-        (cfg,) = template.tma_configs(m, n, k, torch.bfloat16, not a_t, True, sms)
+    tma = aligned and template.tma_configs(m, n, k, torch.bfloat16, not a_t, True, sms)  # [] for one wave
+    assert ("make_tensor_descriptor" in kernels[0]) == bool(tma)
+    assert ("tl.load(BIAS + offs_n" in kernels[0]) == (with_bias and bool(tma))
+    if tma:
+        (cfg,) = tma
     else:
         c = template.heuristic_config(m, n, k, 2)
         cfg = configs.MatmulConfig("ptr", c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages)

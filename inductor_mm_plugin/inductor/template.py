@@ -263,15 +263,36 @@ _TEMPLATE_SMEM_BUDGET = configs.SMEM_LIMIT_BYTES - 16 * 1024
 _SUBTILE_FROM = 128 * 256
 
 
+# A problem whose 128 x 128 (or smaller) tiles all run in one wave, one per program, with K
+# up to 4096: the persistent loop has nothing to spread its device-side descriptors over
+# (each program builds its own, every launch), and the pointer template is faster with the
+# same tiles. H200, under CUDA graphs, with a pointwise user (bench/epilogue_breakdown.py,
+# bench/results/*-epilogue-breakdown-small.md): M x N x K = 2048 x 1024 x 1024 9.1 vs
+# 10.1 us, 2048 x 1024 x 4096 27.3 vs 28.5 us. Not for one wave of 128 x 256 tiles (2048^3:
+# 27.5 us, the pointer template's 128 x 128 tiles 30.3) nor for two waves or more (8192 x
+# 1024 x 1024: 30.8 vs 32.9 us). Decode-sized M (the skinny branch) keeps the TMA template:
+# not measured there.
+_ONE_WAVE_MAX_K = 4096
+
+
+def one_tile_per_program(cfg: MatmulConfig, m: int, n: int, k: int, num_sms: int) -> bool:
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    small_tiles = cfg.block_m * cfg.block_n <= 128 * 128
+    return m > configs.SKINNY_MAX_M and k <= _ONE_WAVE_MAX_K and small_tiles and tiles <= num_sms
+
+
 def tma_configs(m: int, n: int, k: int, dtype: torch.dtype, a_kmajor: bool, b_kmajor: bool, num_sms: int,
                 compete: bool = False) -> list[MatmulConfig]:  # fmt: skip
     """The TMA template's configs: the eager TMA kernel's heuristic pick for the same problem
     (and its autotuning candidates when competing), without split-K; [] where the eager
-    heuristic would not use the TMA kernel (then the pointer template is used)."""
+    heuristic would not use the TMA kernel, or where one wave of tiles does the whole problem
+    (``one_tile_per_program``); the pointer template is used there."""
     problem = configs.Problem(m, n, k, 1, dtype.itemsize, str(dtype).removeprefix("torch."), tma=True,
                               a_kmajor=a_kmajor, b_kmajor=b_kmajor, c_tma=False, num_sms=num_sms)  # fmt: skip
     first = configs.heuristic_config(problem)
     if first.kernel != "tma" or dtype == torch.float32:
+        return []
+    if not compete and one_tile_per_program(first, m, n, k, num_sms):
         return []
     chosen = configs.candidate_configs(problem) if compete else [first]
     out = []

@@ -22,6 +22,9 @@ SMEM_LIMIT_BYTES = 232448
 # H200: 132 SMs. Used when no device can be asked (the launcher passes the real count).
 DEFAULT_NUM_SMS = 132
 
+# Up to this many rows a product is decode-sized: weight-bandwidth bound (_heuristic_skinny).
+SKINNY_MAX_M = 128
+
 # Sustained device bandwidth per SM the skinny cost model assumes (bytes per microsecond):
 # ~4.2 TB/s measured copy rate (read + write) over 132 SMs, in bytes/us.
 _SM_BYTES_PER_US = 4.2e6 / 132
@@ -203,7 +206,7 @@ def _heuristic(p: Problem, interpreting: bool) -> MatmulConfig:
         return _heuristic_ptr(p)
     if p.elem_bytes == 4:
         return _heuristic_tma_fp32(p)
-    if p.M <= 128:
+    if p.M <= SKINNY_MAX_M:
         return _heuristic_skinny(p)
     return _heuristic_tma(p)
 
@@ -373,7 +376,7 @@ def candidate_configs(p: Problem, interpreting: bool = False) -> list[MatmulConf
             MatmulConfig("tma", 128, 64, 32, 8, 4, 4, flatten=True),
             MatmulConfig("tma", 64, 128, 32, 8, 4, 4, flatten=True),
         ]
-    elif p.M <= 128:
+    elif p.M <= SKINNY_MAX_M:
         cands = sorted(skinny_candidates(p), key=lambda c: skinny_cost_us(p, c))[:8]
     else:
         cands = [
