@@ -619,6 +619,41 @@ def test_tf32_operand_swap_paths(monkeypatch, ta, tb, cfg):
     assert_matmul_close(out, a, b, bias, beta=0.5, alpha=2.0, tf32=True)
 
 
+@pytest.mark.parametrize("a_kmajor,b_kmajor,tile,flat", [(True, True, 256, True), (True, False, 256, False),
+                                                          (False, False, 128, True)])  # fmt: skip
+def test_tf32_heuristic_by_layout(a_kmajor, b_kmajor, tile, flat):
+    """A wave of 128 x 256 tiles where measured (both operands K-major; an N-major B, which
+    takes the unflattened loop); 128 x 128 for small problems."""
+    big = heuristic_config(Problem(4096, 4096, 4096, 1, 4, "float32", tma=True, a_kmajor=a_kmajor,
+                                   b_kmajor=b_kmajor, precision="tf32"))  # fmt: skip
+    assert (big.block_m, big.block_n, big.block_k, big.flatten) == (128, tile, 32, flat)
+    small = heuristic_config(Problem(1000, 1000, 1000, 1, 4, "float32", tma=True, a_kmajor=a_kmajor,
+                                     b_kmajor=b_kmajor, precision="tf32"))  # fmt: skip
+    assert (small.block_m, small.block_n, small.flatten) == (128, 128, flat)
+    assert all(smem_bytes(c, 4) <= SMEM_LIMIT_BYTES for c in (big, small))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ta,tb", [(False, True), (False, False), (True, False)])
+def test_gpu_every_tf32_candidate_is_right(monkeypatch, ta, tb):
+    """Every config the heuristic or the autotuner can run for TF32, in each layout the TMA
+    kernel takes, two tiles per program: on the H200 one unflattened config with an N-major B
+    (256x128x32 s3, never a candidate) computed wrong results (bench/ab_configs.py)."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    M, N, K = 4096, 2048, 256
+    a = operand(M, K, torch.float32, transposed=ta)
+    b = operand(K, N, torch.float32, transposed=tb)
+    (a_kmajor, _, b_kmajor, *_) = _layout(a, b)
+    p = Problem(M, N, K, 1, 4, "float32", tma=True, a_kmajor=a_kmajor, b_kmajor=b_kmajor, precision="tf32",
+                num_sms=torch.cuda.get_device_properties(DEVICE).multi_processor_count)  # fmt: skip
+    for cfg in candidate_configs(p):
+        for _ in range(2):  # fresh inputs each time
+            a.normal_(), b.normal_()
+            out = poisoned(M, N, dtype=torch.float32)
+            impl._launch(a, b, out, config=cfg)
+            assert_matmul_close(out, a, b, tf32=True)
+
+
 def test_tf32_with_m_major_a_and_k_major_b_takes_the_pointer_kernel():
     # (a_kmajor, lda, b_kmajor, ...): only TF32 with an M-major A and a K-major B.
     rule = impl._tf32_a_from_registers

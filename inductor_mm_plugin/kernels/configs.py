@@ -229,9 +229,20 @@ def _heuristic_ptr(p: Problem) -> MatmulConfig:
 
 
 def _heuristic_tma_fp32(p: Problem) -> MatmulConfig:
-    # TF32 4096^3 / 8192x4096x4096, K-major B: 128x128x32 s4 0.83-0.88, 128x256x32 s3 0.87.
-    cfg = MatmulConfig("tma", 128, 128, 32, 8, 8, 3, epilogue_subtile=True, flatten=True)
-    return deepest(cfg, 4, 4)
+    # TF32, 4096^3 and 8192x4096x4096, two interleaved A/B runs of 3 rounds each
+    # (bench/ab_configs.py --set fp32; bench/results/*-ab-configs-fp32*.json):
+    # * both operands K-major (nn.Linear's weight): 128x256x32 s3 0.92-1.02 of cuBLAS,
+    #   128x128x32 s4 0.78-0.80;
+    # * an N-major B, which goes through registers (SWAP_AB in the kernel): the flattened
+    #   loop cost 15-30% there. Unflattened, 128x256x32 s3 0.77-0.95, 128x128x32 s4
+    #   0.71-0.87, flattened 128x128x32 s4 0.54-0.67. Unflattened 256x128x32 s3 computed
+    #   wrong results there (relative error 1.1e-2, TF32's is 9e-4), so it is not a candidate.
+    # Fewer than a wave of 128 x 256 tiles, or an M-major A and N-major B: 128 x 128 as
+    # before (not measured).
+    swap = p.a_kmajor and not p.b_kmajor
+    wide = fills_a_wave(_cdiv(p.M, 128) * _cdiv(p.N, 256) * p.batch, p.num_sms) and p.a_kmajor
+    cfg = MatmulConfig("tma", 128, 256 if wide else 128, 32, 8, 8, 3, epilogue_subtile=True, flatten=not swap)
+    return deepest(cfg, 4, 3 if wide else 4)
 
 
 def _heuristic_tma(p: Problem) -> MatmulConfig:
@@ -373,6 +384,8 @@ def candidate_configs(p: Problem, interpreting: bool = False) -> list[MatmulConf
             MatmulConfig("tma", 128, 128, 32, 8, 8, 3, epilogue_subtile=True, flatten=True),
             MatmulConfig("tma", 128, 128, 32, 8, 8, 4, epilogue_subtile=True, flatten=True),
             MatmulConfig("tma", 128, 256, 32, 8, 8, 3, epilogue_subtile=True, flatten=True),
+            MatmulConfig("tma", 128, 128, 32, 8, 8, 4, epilogue_subtile=True),
+            MatmulConfig("tma", 128, 256, 32, 8, 8, 3, epilogue_subtile=True),
             MatmulConfig("tma", 128, 64, 32, 8, 4, 4, flatten=True),
             MatmulConfig("tma", 64, 128, 32, 8, 4, 4, flatten=True),
         ]
