@@ -1,13 +1,13 @@
 """inductor_mm_plugin: the project's own Triton matmul inside torch.compile.
 
-Importing the package registers the ops ``torch.ops.inductor_mm_plugin.mm``, ``.addmm``
-and ``.bmm`` and does nothing else: no Inductor config changes, no GPU work. The Inductor
+Importing the package registers the ops ``torch.ops.inductor_mm_plugin.mm``, ``.addmm``,
+``.bmm`` and ``.mm_swiglu`` and does nothing else: no Inductor config changes, no GPU work. The Inductor
 integration (``inductor_options``) is imported when first used.
 """
 
 __version__ = "0.1.0"
 
-from .ops import KernelFallbackWarning, addmm, bmm, mm, set_autotune, warmup  # noqa: E402  (registers the ops)
+from .ops import KernelFallbackWarning, addmm, bmm, mm, mm_swiglu, set_autotune, warmup  # noqa: E402  (registers the ops)
 from .opt_in import opt_in, opt_out  # noqa: E402
 
 
@@ -28,6 +28,7 @@ def compare(model, example_inputs, **kwargs):
 
 
 __all__ = [
-    "KernelFallbackWarning", "__version__", "addmm", "bmm", "compare", "inductor_options", "mm", "opt_in", "opt_out",
+    "KernelFallbackWarning", "__version__", "addmm", "bmm", "compare", "inductor_options", "mm", "mm_swiglu", "opt_in",
+    "opt_out",
     "set_autotune", "warmup",
 ]  # fmt: skip

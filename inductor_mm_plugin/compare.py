@@ -108,6 +108,7 @@ class SiteResult:
     reason: str
     plugin_ms: float | None = None
     compete: str | None = None  # routed, but Inductor's autotuner may have kept aten (routing.competition)
+    fused: str | None = None  # "swiglu": one of the two matmuls of an inductor_mm_plugin::mm_swiglu
     aten_ms: float | None = None
 
     @property
@@ -264,10 +265,13 @@ class Report:
 
 
 def _routed(s: SiteResult) -> str:
-    """"yes", "no", or "yes, competes": routed, then timed against aten by Inductor's
-    autotuner, which keeps the faster (the per-site times below say which that is)."""
+    """"yes", "no", "yes, competes": routed, then timed against aten by Inductor's
+    autotuner, which keeps the faster (the per-site times below say which that is), or
+    "yes, SwiGLU": fused with the other matmul of a SwiGLU product (routing._swiglu_pairs)."""
     if not s.routed:
         return "no"
+    if s.fused == "swiglu":
+        return "yes, SwiGLU" + (", competes" if s.compete else "")
     return "yes, competes" if s.compete else "yes"
 
 
@@ -591,5 +595,5 @@ def _site_result(r: SiteRecord) -> SiteResult:
     return SiteResult(
         graph=r.graph, module=s.module, op=s.op, phase=s.phase,
         shapes=[concrete(x) for x in s.shapes], dtype=s.dtypes[-1], strides=[concrete(x) for x in s.strides],
-        routed=r.routed, reason=r.reason, compete=r.compete,
+        routed=r.routed, reason=r.reason, compete=r.compete, fused=r.fused,
     )  # fmt: skip

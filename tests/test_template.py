@@ -204,14 +204,16 @@ def test_gpu_epilogue_fuses_into_the_template(name):
 
 @pytest.mark.gpu
 def test_gpu_swiglu_product_stays_out_of_the_template():
-    """silu(gate(x)) * up(x) joins two matmuls: both run the extern plugin kernel and the
-    product runs in Inductor's own pointwise kernel (fused into a template, it lost on the
-    H200; see routing._feeds_pointwise)."""
+    """Unless fused into one mm_swiglu (off here), silu(gate(x)) * up(x) joins two matmuls:
+    both run the extern plugin kernel and the product runs in Inductor's own pointwise
+    kernel (fused into one of the two templates, it lost on the H200; see
+    routing._feeds_pointwise)."""
     module = SwiGLU()
     x = torch.randn(2048, D, device=DEVICE, dtype=torch.bfloat16)
     with torch.no_grad():
-        # compete=False: the plugin's kernels whatever the autotuner would time (see below).
-        out, codes, records = compile_code(module, x, options={"compete": False})
+        # compete=False: the plugin's kernels whatever the autotuner would time (see below);
+        # fuse_swiglu=False: the two matmuls as two sites (test_swiglu.py tests the fusion).
+        out, codes, records = compile_code(module, x, options={"compete": False, "fuse_swiglu": False})
         ref = module(x)
     assert len(records) == 3 and all(r.routed for r in records)
     text = "\n".join(codes)
@@ -225,11 +227,12 @@ def test_gpu_swiglu_product_stays_out_of_the_template():
 @pytest.mark.gpu
 def test_gpu_sites_with_nothing_to_fuse_compete_by_default(caplog):
     """Under the default compete="auto" SwiGLU's three matmuls (nothing fuses into them)
-    each run the plugin's kernel or aten's, whichever Inductor's autotuner timed faster."""
+    each run the plugin's kernel or aten's, whichever Inductor's autotuner timed faster
+    (fuse_swiglu=False: by default gate and up become one fused site, test_swiglu.py)."""
     module = SwiGLU()
     x = torch.randn(2048, D, device=DEVICE, dtype=torch.bfloat16)
     with torch.no_grad(), caplog.at_level(logging.INFO, logger="inductor_mm_plugin.routing"):
-        out, codes, records = compile_code(module, x)
+        out, codes, records = compile_code(module, x, options={"fuse_swiglu": False})
         ref = module(x)
     assert len(records) == 3 and all(r.routed for r in records)
     assert caplog.text.count("competes with aten (compete='auto'): nothing fuses into it") == 3, caplog.text

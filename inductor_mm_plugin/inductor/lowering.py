@@ -1,4 +1,4 @@
-"""Inductor lowerings for ``inductor_mm_plugin::mm/addmm/bmm``.
+"""Inductor lowerings for ``inductor_mm_plugin::mm/addmm/bmm/mm_swiglu``.
 
 Without a lowering a custom op reaches Inductor as an opaque fallback kernel. With one,
 Inductor decides how each routed op runs (see ``_mm_like`` for the rule): the plugin's
@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..ops.matmul import addmm_launch, bmm_launch, mm_launch
+from ..ops.swiglu import mm_swiglu_launch
 from . import compat, template
 from .routing import COMPETE_ALL, META_KEY
 
@@ -52,6 +53,10 @@ def inductor_mm_plugin_bmm(a, b, *, out):
     return out
 
 
+def inductor_mm_plugin_mm_swiglu(x, w_gate, w_up, *, out):
+    return mm_swiglu_launch(x, w_gate, w_up, out=out)
+
+
 def _extern_choice(fn):
     # Created once per process; a reload of this module replaces the old attribute instead
     # of tripping the duplicate-name assertion.
@@ -63,6 +68,7 @@ def _extern_choice(fn):
 plugin_mm_choice = _extern_choice(inductor_mm_plugin_mm)
 plugin_addmm_choice = _extern_choice(inductor_mm_plugin_addmm)
 plugin_bmm_choice = _extern_choice(inductor_mm_plugin_bmm)
+plugin_mm_swiglu_choice = _extern_choice(inductor_mm_plugin_mm_swiglu)
 
 
 def _decision() -> dict:
@@ -114,10 +120,26 @@ def lower_bmm(a, b):
     return compat.select_algorithm("inductor_mm_plugin_bmm", choices, [a, b], layout)
 
 
+def lower_mm_swiglu(x, w_gate, w_up):
+    """Both matmuls and the product in the SwiGLU template where it applies (CUDA, fp16/bf16,
+    TMA-readable static operands); otherwise, and also when the site competes, the extern
+    op (the plugin's two matmul kernels, then the product)."""
+    _, _, _, layout, x, w_gate = compat.mm_args(x, w_gate)
+    _, _, _, _, x, w_up = compat.mm_args(x, w_up)
+    compete = _decision().get("compete")
+    choices = []
+    if template.swiglu_template_applies(x, w_gate, w_up, layout):
+        template.append_swiglu_choices(choices, x, w_gate, w_up, layout, compete=bool(compete))
+    if compete or not choices:
+        choices.append(plugin_mm_swiglu_choice.bind((x, w_gate, w_up), layout))
+    return compat.select_algorithm("inductor_mm_plugin_mm_swiglu", choices, [x, w_gate, w_up], layout)
+
+
 LOWERINGS = {
     plugin_ops.mm.default: lower_mm,
     plugin_ops.addmm.default: lower_addmm,
     plugin_ops.bmm.default: lower_bmm,
+    plugin_ops.mm_swiglu.default: lower_mm_swiglu,
 }
 
 

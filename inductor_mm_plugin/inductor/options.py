@@ -1,4 +1,4 @@
-"""The plugin's options, validated once: ``select`` and ``compete``, beside Inductor's own keys."""
+"""The plugin's options, validated once: ``select``, ``compete`` and ``fuse_swiglu``, beside Inductor's own keys."""
 
 from __future__ import annotations
 
@@ -24,15 +24,24 @@ class PluginOptions:
              template with the epilogue fused (``routing.competition``). True: every routed
              site competes with all the plugin's choices. False: never, so a routed site
              always runs the plugin.
+    fuse_swiglu: whether ``silu(x @ w_gate) * (x @ w_up)`` from two routed matmuls whose
+             results nothing else reads becomes one ``inductor_mm_plugin::mm_swiglu``, both
+             matmuls in one template kernel that writes only the product. "auto" (default):
+             on CUDA in fp16/bf16 with static shapes, where that template runs. True: wherever
+             the pattern appears (elsewhere the op runs the plugin's two matmul kernels, then
+             the product). False: never.
     """
 
     select: SelectSpec = "auto"
     compete: bool | str = "auto"
+    fuse_swiglu: bool | str = "auto"
 
     def __post_init__(self):
         validate_select(self.select)
-        if not isinstance(self.compete, bool) and self.compete != "auto":
-            raise TypeError(f"inductor_mm_plugin: compete must be True, False or 'auto', got {self.compete!r}")
+        for key in ("compete", "fuse_swiglu"):
+            value = getattr(self, key)
+            if not isinstance(value, bool) and value != "auto":
+                raise TypeError(f"inductor_mm_plugin: {key} must be True, False or 'auto', got {value!r}")
 
 
 PLUGIN_KEYS = tuple(f.name for f in dataclasses.fields(PluginOptions))

@@ -26,6 +26,7 @@ import torch.nn as nn
 
 from .. import __version__
 from ..kernels.matmul import interpreting
+from ..ops.matmul import pointer_kernel_reason
 from . import compat
 from .options import PluginOptions
 from .selection import (
@@ -47,6 +48,7 @@ PLUGIN_OPS = {
     "addmm": torch.ops.inductor_mm_plugin.addmm.default,
     "bmm": torch.ops.inductor_mm_plugin.bmm.default,
 }
+MM_SWIGLU = torch.ops.inductor_mm_plugin.mm_swiglu.default
 # Metadata carried from the aten node to the plugin node. ``val`` is the same fake tensor:
 # the plugin ops return exactly what aten's do (a new contiguous tensor, same dtype).
 COPIED_META = ("val", "tensor_meta", "nn_module_stack", "fwd_nn_module_stack", "custom", "stack_trace",
@@ -65,6 +67,9 @@ class SiteRecord:
     # What a routed site competes with in Inductor's autotuner (``competition``): None,
     # COMPETE_ALL or COMPETE_KERNELS. A competing site may end up running aten's kernel.
     compete: str | None = None
+    # "swiglu": the site was fused with the other matmul of a SwiGLU product into one
+    # ``inductor_mm_plugin::mm_swiglu`` (``_swiglu_pairs``).
+    fused: str | None = None
 
 
 # Listeners that want every decision (``compare``); a context manager adds one.
@@ -136,6 +141,7 @@ class RoutePass(compat.CustomGraphPass):
             return None  # Inductor bypasses its FX graph cache for this compile
         key = (
             "inductor_mm_plugin", __version__, _package_source_hash(), select_key, self.options.compete,
+            self.options.fuse_swiglu,
             dataclasses.astuple(self.root()), marked_classes_fingerprint(), interpreting(), repr(chained),
         )  # fmt: skip
         return hashlib.sha256(repr(key).encode()).hexdigest()
@@ -156,11 +162,24 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     # still counts as having opted-in modules when this graph shows one.
     if not root.has_opted_in and any(s.opt == IN for s in sites):
         root = dataclasses.replace(root, has_opted_in=True)
+    decisions = [decide(site, ineligible_reason(node), options.select, root) for node, site in zip(nodes, sites)]
+    routed_mms = [n for n, s, (routed, _) in zip(nodes, sites, decisions) if routed and s.op == "mm"]
+    fused = {}  # mm node -> the SwiGLU pair it belongs to
+    for pair in _swiglu_pairs(routed_mms, options.fuse_swiglu):
+        fused.update(dict.fromkeys(pair[:2], pair))
+    done = set()
     records = []
-    for node, site in zip(nodes, sites):
-        routed, reason = decide(site, ineligible_reason(node), options.select, root)
+    for node, site, (routed, reason) in zip(nodes, sites, decisions):
         compete = None
-        if routed:
+        if node in fused:
+            gate, up, product = fused[node]
+            compete = COMPETE_ALL if options.compete is True else None
+            if gate not in done:
+                _fuse_swiglu(graph, gate, up, product, sites[nodes.index(gate)], compete)
+                done.add(gate)
+            log.info("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
+                     "inductor_mm_plugin::mm_swiglu", site)  # fmt: skip
+        elif routed:
             epilogue = site.op != "bmm" and _feeds_pointwise(node)
             compete, why = competition(node, options.compete, epilogue)
             _replace(graph, node, site, compete, epilogue)
@@ -170,7 +189,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
                 log.info("routed %s%s", site, "; competes with aten (compete=True)" if compete else "")
         else:
             log.info("not routed %s: %s", site, reason)
-        record = SiteRecord(site, routed, reason, label, compete)
+        record = SiteRecord(site, routed, reason, label, compete, "swiglu" if node in fused else None)
         records.append(record)
         for listener in list(_listeners):
             listener(record)
@@ -300,3 +319,153 @@ def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, compete: st
     new.meta[META_KEY] = {"compete": compete, "site": str(site), "epilogue": epilogue}
     node.replace_all_uses_with(new)
     graph.erase_node(node)
+
+
+# ------------------------------------------------------------------------------ SwiGLU
+# silu(x @ w_gate) * (x @ w_up) from two routed mm sites becomes one mm_swiglu, whose
+# template runs both matmuls in one kernel and writes only the product (ops/swiglu.py).
+
+_aten = torch.ops.aten
+_CONVERT = torch.ops.prims.convert_element_type.default
+
+
+def _skip(node, targets) -> torch.fx.Node:
+    """``node`` with any chain of ``targets`` ops above it removed (their first argument)."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets:
+        node = node.args[0]
+    return node
+
+
+def _is(node, target) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target == target
+
+
+def _silu_argument(node) -> torch.fx.Node | None:
+    """What ``node`` is the SiLU of, in the forms a post-grad graph holds it: ``aten.silu``,
+    ``g * sigmoid(g)``, or Inductor's decomposition ``g / (1 + exp(-g))``, with dtype
+    conversions around it (fp16/bf16 SiLU is computed in fp32); None for anything else."""
+    node = _skip(node, {_CONVERT})
+    if _is(node, _aten.silu.default):
+        return node.args[0]
+    if _is(node, _aten.mul.Tensor):
+        for g, s in (node.args, node.args[::-1]):
+            if _is(s, _aten.sigmoid.default) and s.args[0] is g:
+                return g
+    if _is(node, _aten.div.Tensor):
+        g, den = node.args
+        if _is(den, _aten.add.Tensor) and den.args[1] == 1 and _is(den.args[0], _aten.exp.default):
+            neg = den.args[0].args[0]
+            if _is(neg, _aten.neg.default) and neg.args[0] is g:
+                return g
+    return None
+
+
+def _same_input(a, b) -> bool:
+    """The same tensor, or the same view of it (Dynamo reshapes x once per Linear)."""
+    if a is b:
+        return True
+    return (isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node) and a.op == b.op == "call_function"
+            and a.target == b.target and a.target in _VIEWS and a.args == b.args and a.kwargs == b.kwargs)  # fmt: skip
+
+
+def _only_feeds(sources, sink) -> bool:
+    """Whether everything computed from ``sources`` by views and pointwise ops flows into
+    ``sink`` alone: once the product is fused, nothing else (another op, a graph output, a
+    tensor saved for backward) may need the matmul results."""
+    seen, stack = set(sources), list(sources)
+    while stack:
+        for user in stack.pop().users:
+            if user is sink or user in seen:
+                continue
+            if user.op != "call_function" or not (_elementwise(user) or user.target == _CONVERT):
+                return False
+            seen.add(user)
+            stack.append(user)
+    return True
+
+
+def _fusable_here(gate: torch.fx.Node, up: torch.fx.Node, option) -> bool:
+    """``fuse_swiglu="auto"``: where the template runs: CUDA, fp16/bf16, static shapes,
+    operands TMA can read (elsewhere the fused op would run two plain matmuls and a
+    separate product, no better than stock's fused pointwise kernel)."""
+    if option is True:
+        return True
+    val = gate.meta.get("val")
+    if not (isinstance(val, torch.Tensor) and val.device.type == "cuda" and not interpreting()
+            and val.dtype in (torch.float16, torch.bfloat16)):  # fmt: skip
+        return False
+    x, w_gate, w_up = (n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+                       for n in (gate.args[0], gate.args[1], up.args[1]))  # fmt: skip
+    tensors = (val, x, w_gate, w_up)
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        return False
+    if any(not isinstance(d, int) for t in tensors for d in (*t.shape, *t.stride())):
+        return False
+    return pointer_kernel_reason(x, w_gate) is None and pointer_kernel_reason(x, w_up) is None
+
+
+def _mul_users(node: torch.fx.Node, depth: int = 8) -> list[torch.fx.Node]:
+    """The ``aten.mul`` nodes reached from ``node`` through views, conversions and SiLU's pieces."""
+    found, stack, seen = [], [(node, 0)], {node}
+    while stack:
+        current, d = stack.pop()
+        for user in current.users:
+            if user in seen or d == depth or user.op != "call_function":
+                continue
+            seen.add(user)
+            if user.target == _aten.mul.Tensor:
+                found.append(user)
+            if _elementwise(user) or user.target == _CONVERT:
+                stack.append((user, d + 1))
+    return found
+
+
+def _same_shape_and_dtype(gate, up, product) -> bool:
+    g, u, p = (n.meta.get("val") for n in (gate, up, product))
+    if not all(isinstance(t, torch.Tensor) for t in (g, u, p)):
+        return False
+    return g.shape == u.shape and g.dtype == u.dtype == p.dtype and p.numel() == g.numel()
+
+
+def _swiglu_pairs(mms: list[torch.fx.Node], option) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node]]:
+    """(gate mm, up mm, product) for each ``silu(x @ w_gate) * (x @ w_up)`` whose two
+    matmuls are routed mm sites of the same input and dtype, read by nothing else."""
+    if option is False:
+        return []
+    pairs, used = [], set()
+    for gate in mms:
+        for product in _mul_users(gate):
+            for i, side in enumerate(product.args[:2]):
+                arg = _silu_argument(side)
+                if arg is None or _skip(arg, {_CONVERT, *_VIEWS}) is not gate:
+                    continue
+                up = _skip(product.args[1 - i], _VIEWS)
+                ok = (up in mms and up is not gate and not {gate, up} & used
+                      and _same_input(gate.args[0], up.args[0]) and _same_shape_and_dtype(gate, up, product)
+                      and _fusable_here(gate, up, option) and _only_feeds((gate, up), product))  # fmt: skip
+                if ok:
+                    pairs.append((gate, up, product))
+                    used |= {gate, up}
+    return pairs
+
+
+def _fuse_swiglu(graph, gate, up, product, site: Site, compete: str | None) -> None:
+    x, w_gate, w_up = gate.args[0], gate.args[1], up.args[1]
+    with graph.inserting_before(product):
+        fused = graph.call_function(MM_SWIGLU, (x, w_gate, w_up))
+        out = fused
+        if tuple(product.meta["val"].shape) != tuple(gate.meta["val"].shape):
+            out = graph.call_function(_aten.reshape.default, (fused, list(product.meta["val"].shape)))
+            out.meta["val"] = product.meta["val"]
+    for key in COPIED_META:
+        if key in gate.meta:
+            fused.meta[key] = gate.meta[key]
+    fused.meta[META_KEY] = {"compete": compete, "site": str(site), "epilogue": True}
+    product.replace_all_uses_with(out)
+    # Erase the product, then whatever only fed it, users before producers.
+    dead = [product]
+    while dead:
+        node = dead.pop()
+        inputs = node.all_input_nodes
+        graph.erase_node(node)
+        dead.extend(n for n in inputs if not n.users and n.op == "call_function" and n not in dead)

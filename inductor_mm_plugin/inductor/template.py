@@ -185,6 +185,85 @@ TMA_SOURCE = _inline_tile_coords(_prologue("the plugin's persistent TMA kernel (
 """)
 
 
+
+# SwiGLU's two matmuls in one kernel (the op inductor_mm_plugin::mm_swiglu): the TMA
+# template with every line that reads B or updates the accumulator doubled for the second
+# weight (B2, acc2), and the product taken before the store, so the fused epilogue sees
+# silu(x @ w_gate) * (x @ w_up). Generated from TMA_SOURCE so that the loop stays the TMA
+# kernel's; no bias, no subtiled store (the product halves what is stored).
+_SECOND_WEIGHT_LINE = re.compile(r"\bb_desc\b|^ *acc = tl\.(zeros|dot)\(")
+
+
+def _second_weight(line: str) -> str:
+    line = re.sub(r"\bb_desc\b", "b2_desc", line)
+    line = re.sub(r"\bb\b", "b2", line)
+    line = re.sub(r"\bacc\b", "acc2", line)
+    return line.replace('"B"', '"B2"').replace("make_tensor_descriptor(B,", "make_tensor_descriptor(B2,")
+
+
+def _swiglu_source(tma_source: str) -> str:
+    head, body = tma_source.split("\n    if A_KMAJOR:\n", 1)
+    head = head.replace('def_kernel("BIAS", "A", "B") if HAS_BIAS else def_kernel("A", "B")', 'def_kernel("A", "B", "B2")')
+    head = head.replace("persistent TMA kernel (kernels/matmul_tma.py)", "persistent TMA kernel, two weights (SwiGLU)")
+    lines = []
+    for line in ("    if A_KMAJOR:\n" + body).splitlines(keepends=True):
+        if line.strip().startswith("idx_m = (pid_m"):
+            indent = line[: len(line) - len(line.lstrip())]
+            lines.append(f"{indent}acc = acc * tl.sigmoid(acc) * acc2  # silu(x @ w_gate) * (x @ w_up)\n")
+        lines.append(line)
+        if _SECOND_WEIGHT_LINE.search(line):
+            lines.append(_second_weight(line))
+    source = head + "\n" + "".join(lines)
+    for expected in ("b2_desc = tl.make_tensor_descriptor(B2,", "b2 = b2_desc.load(", "acc2 = tl.dot(a, b2, acc2",
+                     "acc2 = tl.zeros(", "* acc2  # silu", 'def_kernel("A", "B", "B2")'):  # fmt: skip
+        assert expected in source, f"SwiGLU template: TMA_SOURCE changed shape, {expected!r} missing"
+    return source
+
+
+SWIGLU_TMA_SOURCE = _swiglu_source(TMA_SOURCE)
+SWIGLU_TEMPLATE_NAME = "inductor_mm_plugin_mm_swiglu_tma"
+
+# Each program holds two 128 x 128 accumulators (the registers of one 128 x 256 tile) and
+# stages an x tile and two weight tiles per K step: 3 stages of 48 KiB.
+SWIGLU_CONFIG = MatmulConfig("tma", 128, 128, 64, 8, 8, 3, flatten=True)
+SWIGLU_COMPETE_CONFIGS = [SWIGLU_CONFIG, MatmulConfig("tma", 128, 64, 64, 8, 4, 4, flatten=True)]
+
+
+def swiglu_smem_bytes(cfg: MatmulConfig, elem_bytes: int) -> int:
+    """Shared memory of the SwiGLU template: x and two weight tiles per stage, and the
+    store's layout conversion (about a tile of output)."""
+    return (cfg.block_m + 2 * cfg.block_n) * cfg.block_k * elem_bytes * cfg.num_stages + \
+        cfg.block_m * cfg.block_n * elem_bytes  # fmt: skip
+
+
+def plugin_swiglu_template():
+    return _template(SWIGLU_TEMPLATE_NAME, compat.persistent_mm_grid, SWIGLU_TMA_SOURCE)
+
+
+def swiglu_template_applies(x, w_gate, w_up, layout) -> bool:
+    """Whether the SwiGLU template can run these IR operands: CUDA, fp16/bf16, static sizes
+    and strides, TMA-readable, both weights in the same storage order."""
+    if not usable(layout) or layout.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    if not all(_static(t) for t in (x, w_gate, w_up)) or not compat.can_use_tma(x, w_gate, w_up):
+        return False
+    known = compat.V.graph.sizevars.statically_known_equals
+    return known(w_gate.get_stride()[0], 1) == known(w_up.get_stride()[0], 1)
+
+
+def append_swiglu_choices(choices: list, x, w_gate, w_up, layout, *, compete=False) -> None:
+    """Append the SwiGLU template's choices (``swiglu_template_applies`` must hold)."""
+    known = compat.V.graph.sizevars.statically_known_equals
+    a_kmajor = known(x.get_stride()[1], 1)
+    b_kmajor = known(w_gate.get_stride()[0], 1)
+    num_sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
+    for cfg in SWIGLU_COMPETE_CONFIGS if compete else [SWIGLU_CONFIG]:
+        if swiglu_smem_bytes(cfg, layout.dtype.itemsize) <= _TEMPLATE_SMEM_BUDGET:
+            plugin_swiglu_template().maybe_append_choice(
+                choices, input_nodes=(x, w_gate, w_up), layout=layout,
+                **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms), INPUT_PRECISION=repr(input_precision(layout.dtype)),
+            )  # fmt: skip
+
 _NUM_SMS = 132  # H200; the pointer template's tile choice only
 
 # The configs offered when the site competes (Inductor benchmarks them with the epilogue).

@@ -60,3 +60,41 @@ def assert_matmul_close(out, a, b, bias=None, *, beta=1, alpha=1, tf32=False) ->
             f"got {out[idx].item()}, expected {ref[idx].item()}, |err| {err[idx].item():.3g} > "
             f"bound {bound[idx].item():.3g}"
         )
+
+
+# SiLU's derivative, sigmoid(g) * (1 + g * (1 - sigmoid(g))), lies in [-0.1, 1.1]: an error
+# e in the gate moves silu(gate) by at most 1.1 e.
+_SILU_LIPSCHITZ = 1.1
+
+
+def mm_swiglu_reference(x, w_gate, w_up) -> torch.Tensor:
+    """silu(x @ w_gate) * (x @ w_up) in float64."""
+    gate = torch.matmul(x.double(), w_gate.double())
+    return torch.nn.functional.silu(gate) * torch.matmul(x.double(), w_up.double())
+
+
+def assert_mm_swiglu_close(out, x, w_gate, w_up) -> None:
+    """Fail with the worst element when ``out`` is outside the bound for
+    ``silu(x @ w_gate) * (x @ w_up)``: each matmul within its own bound (rounded to the
+    dtype or not: eager rounds them, the fused template does not), propagated through SiLU
+    and the product, plus the output's rounding, times 2."""
+    ref = mm_swiglu_reference(x, w_gate, w_up)
+    assert out.shape == ref.shape, f"shape: expected {tuple(ref.shape)}, got {tuple(out.shape)}"
+    assert out.dtype == x.dtype, f"dtype: expected {x.dtype}, got {out.dtype}"
+    if out.numel() == 0:
+        return
+    gate = torch.matmul(x.double(), w_gate.double())
+    up = torch.matmul(x.double(), w_up.double())
+    e_gate, e_up = error_bound(x, w_gate), error_bound(x, w_up)
+    silu = torch.nn.functional.silu(gate)
+    bound = 2 * (_SILU_LIPSCHITZ * e_gate * (up.abs() + e_up) + silu.abs() * e_up
+                 + (UNIT_ROUNDOFF[out.dtype] + 4 * UNIT_ROUNDOFF[torch.float32]) * ref.abs()) + 1e-30  # fmt: skip
+    err = (out.double() - ref).abs()
+    bad = ~(err <= bound)
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(
+            f"{int(bad.sum())} of {out.numel()} elements outside the {out.dtype} bound; first at {idx}: "
+            f"got {out[idx].item()}, expected {ref[idx].item()}, |err| {err[idx].item():.3g} > "
+            f"bound {bound[idx].item():.3g}"
+        )

@@ -1,0 +1,124 @@
+"""``inductor_mm_plugin::mm_swiglu``: a SwiGLU MLP's two input matmuls and their product,
+``silu(x @ w_gate) * (x @ w_up)``.
+
+The routing pass puts this op where a compiled graph computes that pattern from two routed
+matmuls of the same input whose results nothing else reads (``routing._swiglu_pairs``).
+Its lowering (``inductor/lowering.py``) runs both matmuls in one Triton template kernel
+(``inductor/template.py``, ``SWIGLU_TMA_SOURCE``): each x tile is read once for both
+weights, the product is taken on the two fp32 accumulators, and only the product is
+written. Stock Inductor writes both matmul results and reads them back in a third kernel.
+
+Here, eagerly and wherever the template does not apply, it is the plugin's two matmul
+kernels followed by the product in fp32, rounded once to the inputs' dtype. The template
+skips the rounding of the two matmul results, so the two agree to within that rounding
+(``tests/test_swiglu.py`` bounds both against float64).
+
+Same order as ``matmul.py``: checks, launcher, op, fake, autograd.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .matmul import _PT2, _fmt_shape, _check_same, mm, mm_launch
+
+OP = "inductor_mm_plugin.mm_swiglu"
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def check_mm_swiglu_args(op: str, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> None:
+    """Raise what ``silu(x @ w_gate) * (x @ w_up)`` would reject: ranks, inner dimensions,
+    the two weights' shapes, dtypes, devices."""
+    if x.dim() != 2 or w_gate.dim() != 2 or w_up.dim() != 2:
+        raise RuntimeError(
+            f"{op}: expected 2-D matrices, but got x with shape ({_fmt_shape(x)}), w_gate with shape "
+            f"({_fmt_shape(w_gate)}) and w_up with shape ({_fmt_shape(w_up)})"
+        )
+    if w_gate.shape != w_up.shape:
+        raise RuntimeError(
+            f"{op}: expected w_gate and w_up to have the same shape, but got ({_fmt_shape(w_gate)}) "
+            f"and ({_fmt_shape(w_up)})"
+        )
+    if x.shape[1] != w_gate.shape[0]:
+        raise RuntimeError(
+            f"{op}: x and w_gate shapes cannot be multiplied ({_fmt_shape(x)} and {_fmt_shape(w_gate)}): "
+            f"x.shape[1] = {x.shape[1]} must equal w_gate.shape[0] = {w_gate.shape[0]}"
+        )
+    _check_same(op, [("x", x), ("w_gate", w_gate), ("w_up", w_up)])
+
+
+# --------------------------------------------------------------------------- launcher
+
+
+def mm_swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                     out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """The two matmuls on the plugin's kernel (each falls back to aten with a warning where
+    the kernel cannot run), then the product in fp32, rounded once."""
+    check_mm_swiglu_args(OP, x, w_gate, w_up)
+    gate = mm_launch(x, w_gate)
+    up = mm_launch(x, w_up)
+    product = F.silu(gate.float()) * up.float()
+    if out is None:
+        return product.to(x.dtype)
+    return out.copy_(product)
+
+
+# -------------------------------------------------------------------------------- op
+
+_LIB = torch.library.Library("inductor_mm_plugin", "FRAGMENT")
+_LIB.define("mm_swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor", tags=_PT2)
+_LIB.impl("mm_swiglu", mm_swiglu_launch, "CompositeExplicitAutograd")
+_MM_SWIGLU = torch.ops.inductor_mm_plugin.mm_swiglu.default
+
+
+def mm_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """``silu(x @ w_gate) * (x @ w_up)`` (the op ``torch.ops.inductor_mm_plugin.mm_swiglu``).
+    For ``nn.Linear`` weights of shape (N, K), pass ``gate.weight.t()`` and ``up.weight.t()``."""
+    return _MM_SWIGLU(x, w_gate, w_up)
+
+
+# ------------------------------------------------------------------------------- fake
+
+
+@torch.library.register_fake("inductor_mm_plugin::mm_swiglu", lib=_LIB)
+def _mm_swiglu_fake(x, w_gate, w_up):
+    check_mm_swiglu_args(OP, x, w_gate, w_up)
+    return x.new_empty((x.shape[0], w_gate.shape[1]))
+
+
+# --------------------------------------------------------------------------- autograd
+# The two matmul results are recomputed in backward rather than saved: the op exists so
+# that they are never written in forward.
+
+
+class _MmSwigluFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w_gate, w_up):
+        ctx.save_for_backward(x, w_gate, w_up)
+        return _MM_SWIGLU(x, w_gate, w_up)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w_gate, w_up = ctx.saved_tensors
+        gate, up = mm(x, w_gate).float(), mm(x, w_up).float()
+        sig = torch.sigmoid(gate)
+        grad = grad.float()
+        # d silu(g) / dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
+        grad_gate = (grad * up * sig * (1 + gate * (1 - sig))).to(x.dtype)
+        grad_up = (grad * gate * sig).to(x.dtype)
+        needs_x, needs_gate, needs_up = ctx.needs_input_grad
+        grad_x = mm(grad_gate, w_gate.mT) + mm(grad_up, w_up.mT) if needs_x else None
+        return grad_x, mm(x.mT, grad_gate) if needs_gate else None, mm(x.mT, grad_up) if needs_up else None
+
+
+def _mm_swiglu_autograd(x, w_gate, w_up):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w_gate, w_up)):
+        return _MmSwigluFunction.apply(x, w_gate, w_up)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _MM_SWIGLU(x, w_gate, w_up)
+
+
+_LIB.impl("mm_swiglu", _mm_swiglu_autograd, "Autograd")

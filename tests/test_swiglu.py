@@ -1,0 +1,261 @@
+"""``inductor_mm_plugin::mm_swiglu`` and the routing that fuses SwiGLU's two matmuls into it.
+
+CPU: the op (numerics against float64, bad input, opcheck, gradients) and the graph rewrite
+with ``fuse_swiglu=True`` (on the CPU the fused op runs as an extern kernel). GPU: under the
+default, one template kernel runs both matmuls with the product inside it.
+"""
+
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from cases import operand, randn
+from conftest import DEVICE
+from integration_utils import TEMPLATE_MARKER, fresh_inductor_cache, kernels_of
+from torch._inductor.utils import run_and_get_code
+from torch.testing import FileCheck
+
+import inductor_mm_plugin
+from inductor_mm_plugin.inductor.options import PluginOptions
+from inductor_mm_plugin.inductor.routing import RoutePass, record_sites
+from inductor_mm_plugin.ops.reference import assert_mm_swiglu_close, mm_swiglu_reference
+
+ops = torch.ops.inductor_mm_plugin
+FUSED_CALL = "extern_kernels.inductor_mm_plugin_mm_swiglu("
+SWIGLU_MARKER = "two weights (SwiGLU)"  # the SwiGLU template kernel's comment
+
+
+# ------------------------------------------------------------------------------ the op
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,k,n", [(33, 70, 19), (64, 32, 48), (1, 16, 8)])
+@pytest.mark.parametrize("weights", ["row", "linear"])
+def test_op_within_the_float64_bound(dtype, m, k, n, weights):
+    x = randn(m, k, dtype=dtype)
+    w_gate = operand(k, n, dtype, transposed=weights == "linear")
+    w_up = operand(k, n, dtype, transposed=weights == "linear")
+    out = inductor_mm_plugin.mm_swiglu(x, w_gate, w_up)
+    assert_mm_swiglu_close(out, x, w_gate, w_up)
+
+
+def test_op_on_sliced_and_transposed_input():
+    x = operand(40, 24, torch.float32, sliced=True)
+    w_gate, w_up = operand(24, 16, torch.float32, transposed=True), operand(24, 16, torch.float32, sliced=True)
+    assert_mm_swiglu_close(ops.mm_swiglu(x, w_gate, w_up), x, w_gate, w_up)
+
+
+@pytest.mark.parametrize("m,k,n", [(0, 8, 4), (4, 0, 4), (4, 8, 0)])
+def test_op_with_zero_size_dims(m, k, n):
+    x, w_gate, w_up = randn(m, k, dtype=torch.float32), randn(k, n, dtype=torch.float32), randn(k, n, dtype=torch.float32)
+    out = ops.mm_swiglu(x, w_gate, w_up)
+    assert out.shape == (m, n)
+    assert torch.equal(out, torch.zeros(m, n, device=DEVICE))  # K = 0: silu(0) * 0
+
+
+def test_bound_catches_a_wrong_product():
+    x, w_gate, w_up = (randn(*s, dtype=torch.bfloat16) for s in ((32, 64), (64, 16), (64, 16)))
+    wrong = (F.silu((x @ w_up).float()) * (x @ w_gate).float()).to(torch.bfloat16)  # gate and up swapped
+    with pytest.raises(AssertionError, match="outside the torch.bfloat16 bound"):
+        assert_mm_swiglu_close(wrong, x, w_gate, w_up)
+
+
+@pytest.mark.parametrize("args,message", [
+    (((4, 8), (8, 3), (8, 5)), r"expected w_gate and w_up to have the same shape, but got \(8x3\) and \(8x5\)"),
+    (((4, 7), (8, 3), (8, 3)), r"x and w_gate shapes cannot be multiplied \(4x7 and 8x3\): x.shape\[1\] = 7 must equal"),
+    (((2, 4, 8), (8, 3), (8, 3)), r"expected 2-D matrices, but got x with shape \(2x4x8\)"),
+])  # fmt: skip
+def test_op_rejects_bad_shapes(args, message):
+    tensors = [randn(*s, dtype=torch.float32) for s in args]
+    with pytest.raises(RuntimeError, match=message):
+        ops.mm_swiglu(*tensors)
+
+
+def test_op_rejects_mixed_dtypes():
+    x = randn(4, 8, dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="expected x and w_up to have the same dtype, but got x: torch.float32 and "
+                                           "w_up: torch.float16"):  # fmt: skip
+        ops.mm_swiglu(x, randn(8, 3, dtype=torch.float32), randn(8, 3, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck(requires_grad):
+    args = [randn(*s, dtype=torch.float32).requires_grad_(requires_grad) for s in ((9, 7), (7, 5), (7, 5))]
+    torch.library.opcheck(ops.mm_swiglu.default, tuple(args))
+
+
+def test_gradients_against_float64():
+    x, w_gate, w_up = (randn(*s, dtype=torch.float32).requires_grad_() for s in ((12, 10), (10, 6), (10, 6)))
+    grad_out = randn(12, 6, dtype=torch.float32)
+    grads = torch.autograd.grad(ops.mm_swiglu(x, w_gate, w_up), (x, w_gate, w_up), grad_out)
+    ref_inputs = [t.detach().double().requires_grad_() for t in (x, w_gate, w_up)]
+    ref = torch.autograd.grad(mm_swiglu_reference(*ref_inputs), ref_inputs, grad_out.double())
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g.double(), r, rtol=1e-4, atol=1e-4 * r.abs().max().item())
+
+
+# ---------------------------------------------------------------------------- routing
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d=32, f=48, dtype=torch.float32, form="silu"):
+        super().__init__()
+        kw = dict(bias=False, device=DEVICE, dtype=dtype)
+        self.gate, self.up, self.down = nn.Linear(d, f, **kw), nn.Linear(d, f, **kw), nn.Linear(f, d, **kw)
+        self.form = form
+
+    def forward(self, x):
+        g = self.gate(x)
+        act = g * torch.sigmoid(g) if self.form == "sigmoid" else F.silu(g)
+        return self.down(act * self.up(x)) if self.form != "up_first" else self.down(self.up(x) * F.silu(g))
+
+
+def compile_swiglu(module, x, **options):
+    torch._dynamo.reset()
+    with torch.no_grad(), fresh_inductor_cache(), record_sites() as records:
+        compiled = torch.compile(module, backend="inductor_mm_plugin", options={"compete": False, **options})
+        out, codes = run_and_get_code(compiled, x)
+    return out, "\n".join(codes), records
+
+
+@pytest.mark.parametrize("form", ["silu", "sigmoid", "up_first"])
+@pytest.mark.parametrize("shape", [(24, 32), (2, 12, 32)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fuse_swiglu_rewrites_the_pattern(form, shape, dtype):
+    module = SwiGLU(dtype=dtype, form=form)
+    x = randn(*shape, dtype=dtype)
+    out, code, records = compile_swiglu(module, x, fuse_swiglu=True)
+    with torch.no_grad():
+        ref = module(x)
+    # On CUDA in bf16 the SwiGLU template runs it; elsewhere the extern op.
+    expected_fused = 0 if DEVICE == "cuda" and dtype == torch.bfloat16 else 1
+    assert code.count(FUSED_CALL) == expected_fused, code
+    assert (SWIGLU_MARKER in code) == (not expected_fused)
+    assert code.count("extern_kernels.inductor_mm_plugin_mm(") == 1, code  # down
+    assert sorted(r.fused or "-" for r in records) == ["-", "swiglu", "swiglu"], records
+    assert all(r.routed for r in records)
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(out.float(), ref.float(), rtol=tol, atol=tol)
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="the CPU default")
+def test_auto_leaves_swiglu_unfused_on_the_cpu():
+    out, code, records = compile_swiglu(SwiGLU(), randn(24, 32, dtype=torch.float32))
+    assert FUSED_CALL not in code
+    assert code.count("extern_kernels.inductor_mm_plugin_mm(") == 3, code
+    assert all(r.fused is None for r in records)
+
+
+def test_no_fusion_when_a_matmul_result_is_read_elsewhere():
+    class Leaky(SwiGLU):
+        def forward(self, x):
+            g = self.gate(x)
+            return self.down(F.silu(g) * self.up(x)), g  # g is also an output
+
+    out, code, records = compile_swiglu(Leaky(), randn(24, 32, dtype=torch.float32), fuse_swiglu=True)
+    assert FUSED_CALL not in code and all(r.fused is None for r in records)
+
+
+def test_no_fusion_when_one_matmul_is_not_selected():
+    select = lambda site: site.module != "up"  # noqa: E731
+    out, code, records = compile_swiglu(SwiGLU(), randn(24, 32, dtype=torch.float32), fuse_swiglu=True, select=select)
+    assert FUSED_CALL not in code and all(r.fused is None for r in records)
+    assert code.count("extern_kernels.inductor_mm_plugin_mm(") == 2, code
+
+
+def test_no_fusion_for_different_inputs_or_another_activation():
+    class TwoInputs(SwiGLU):
+        def forward(self, x):
+            return F.silu(self.gate(x)) * self.up(x + 1)
+
+    class GeGLU(SwiGLU):
+        def forward(self, x):
+            return F.gelu(self.gate(x)) * self.up(x)
+
+    for module in (TwoInputs(), GeGLU()):
+        out, code, records = compile_swiglu(module, randn(24, 32, dtype=torch.float32), fuse_swiglu=True)
+        assert FUSED_CALL not in code and all(r.fused is None for r in records), type(module).__name__
+
+
+def test_training_keeps_the_matmuls_separate():
+    """Backward needs both matmul results, so forward keeps them: no fusion, right gradients."""
+    module = SwiGLU()
+    x = randn(24, 32, dtype=torch.float32)
+    torch._dynamo.reset()
+    with fresh_inductor_cache(), record_sites() as records:
+        compiled = torch.compile(module, backend="inductor_mm_plugin", options={"fuse_swiglu": True})
+        compiled(x).square().sum().backward()
+    grads = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad()
+    module(x).square().sum().backward()
+    assert records and all(r.fused is None for r in records)
+    for g, p in zip(grads, module.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_fuse_swiglu_option_is_validated_and_keys_the_cache():
+    with pytest.raises(TypeError, match="fuse_swiglu must be True, False or 'auto', got 'sometimes'"):
+        PluginOptions(fuse_swiglu="sometimes")
+    uuids = {RoutePass(PluginOptions(fuse_swiglu=v)).uuid() for v in (True, False, "auto")}
+    assert len(uuids) == 3
+
+
+def test_routing_log_names_the_fusion(caplog):
+    with caplog.at_level(logging.INFO, logger="inductor_mm_plugin.routing"):
+        compile_swiglu(SwiGLU(), randn(24, 32, dtype=torch.float32), fuse_swiglu=True)
+    assert caplog.text.count("fused with the other matmul of silu(x @ w_gate) * (x @ w_up)") == 2, caplog.text
+
+
+# -------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weights", ["linear", "row"])
+@pytest.mark.parametrize("m,k,n", [(2048, 512, 1024), (1000, 336, 520)])
+def test_gpu_swiglu_runs_in_one_template_kernel(weights, m, k, n):
+    """Under the default options: one template kernel, both weights' descriptors, the
+    product after the K loop and before the store; within the float64 bound."""
+    x = randn(m, k, dtype=torch.bfloat16)
+    w_gate = operand(k, n, torch.bfloat16, transposed=weights == "linear")
+    w_up = operand(k, n, torch.bfloat16, transposed=weights == "linear")
+    torch._dynamo.reset()
+    with fresh_inductor_cache(), record_sites() as records:
+        out, codes = run_and_get_code(torch.compile(lambda x, g, u: F.silu(x @ g) * (x @ u),
+                                                    backend="inductor_mm_plugin"), x, w_gate, w_up)  # fmt: skip
+    assert [r.fused for r in records] == ["swiglu", "swiglu"]
+    kernels = [src for src in kernels_of(codes).values() if SWIGLU_MARKER in src]
+    assert len(kernels) == 1, kernels_of(codes).keys()
+    FileCheck().check(TEMPLATE_MARKER).check("b2_desc = tl.make_tensor_descriptor(").check("tl.dot").check(
+        "acc2 = tl.dot").check("tl.sigmoid(acc)").check("tl.store").run(kernels[0])
+    text = "\n".join(codes)
+    assert "extern_kernels.mm(" not in text and "inductor_mm_plugin_mm(" not in text and FUSED_CALL not in text
+    assert [n for n in kernels_of(codes) if n.startswith("triton_poi")] == [], kernels_of(codes).keys()
+    assert_mm_swiglu_close(out, x, w_gate, w_up)
+
+
+@pytest.mark.gpu
+def test_gpu_swiglu_mlp_default_and_compete():
+    """The SwiGLU MLP on a 3-D input: gate and up fused; down has nothing to fuse and
+    competes with aten. With compete=True the fused site competes with the extern op."""
+    module = SwiGLU(d=512, f=1024, dtype=torch.bfloat16)
+    x = randn(4, 256, 512, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref = module(x)
+    for options in ({}, {"compete": True}):
+        out, code, records = compile_swiglu(module, x, **{"compete": "auto", **options})
+        assert sorted(r.fused or "-" for r in records) == ["-", "swiglu", "swiglu"], records
+        assert SWIGLU_MARKER in code or FUSED_CALL in code
+        torch.testing.assert_close(out.float(), ref.float(), rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_unaligned_swiglu_is_left_unfused_by_default():
+    x = randn(256, 100, dtype=torch.bfloat16)  # rows of 200 bytes: TMA cannot read them
+    w_gate, w_up = randn(100, 64, dtype=torch.bfloat16), randn(100, 64, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with fresh_inductor_cache(), record_sites() as records:
+        run_and_get_code(torch.compile(lambda x, g, u: F.silu(x @ g) * (x @ u), backend="inductor_mm_plugin"),
+                         x, w_gate, w_up)  # fmt: skip
+    assert [r.fused for r in records] == [None, None]
