@@ -26,15 +26,18 @@ class PluginOptions:
              always runs the plugin.
     fuse_swiglu: whether ``silu(x @ w_gate) * (x @ w_up)`` from two routed matmuls whose
              results nothing else reads becomes one ``inductor_mm_plugin::mm_swiglu``, both
-             matmuls in one template kernel that writes only the product. "auto" (default):
-             on CUDA in fp16/bf16 with static shapes, where that template runs. True: wherever
-             the pattern appears (elsewhere the op runs the plugin's two matmul kernels, then
-             the product). False: never.
+             matmuls in one template kernel that writes only the product. False (default):
+             never; on the H200 the fused kernel is still slower than two cuBLAS matmuls and
+             Inductor's pointwise product (0.91-0.96 of stock on the fused-epilogue suite's
+             SwiGLU blocks, bench/results/*-epilogue-swiglu-fused.md). "auto": on CUDA in
+             fp16/bf16 with static shapes and TMA-readable operands, where that template runs.
+             True: wherever the pattern appears (elsewhere the op runs the plugin's two
+             matmul kernels, then the product).
     """
 
     select: SelectSpec = "auto"
     compete: bool | str = "auto"
-    fuse_swiglu: bool | str = "auto"
+    fuse_swiglu: bool | str = False
 
     def __post_init__(self):
         validate_select(self.select)
