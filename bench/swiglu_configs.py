@@ -4,8 +4,9 @@
 
 ``silu(x @ w_gate.T) * (x @ w_up.T)`` (bf16, nn.Linear weights) compiled by stock Inductor
 (cuBLAS twice, then one pointwise kernel) and by the plugin backend with the fused
-``mm_swiglu`` template under each forced config (``template.SWIGLU_CONFIG`` patched; the
-caches must be off, they do not see the patch). Each arm is checked against eager, then all
+``mm_swiglu`` template under each forced config (``fuse_swiglu="auto"``,
+``template.SWIGLU_CONFIG`` patched; the caches must be off, they do not see the patch), and
+by the plugin backend's default (``unfused``: the two matmuls as two sites). Each arm is checked against eager, then all
 are timed under CUDA graphs in rounds, the order reversed each round (``_timing.py``); the
 ratio stock / arm is taken within a round. Writes ``<out>/swiglu-configs.json``.
 """
@@ -34,7 +35,8 @@ CONFIGS = {
     "128x64x64 w8 s4 flat": T("tma", 128, 64, 64, 8, 8, 4, flatten=True),
     "256x64x64 w8 s3 flat": T("tma", 256, 64, 64, 8, 8, 3, flatten=True),
 }
-SHAPES = [(2048, 1024, 4096), (8192, 4096, 14336), (2048, 4096, 14336)]  # M, d, f
+SHAPES = {"2048x1024x4096": (2048, 1024, 4096), "8192x4096x14336": (8192, 4096, 14336),
+          "2048x4096x14336": (2048, 4096, 14336)}  # M, d, f
 
 
 def main():
@@ -45,6 +47,7 @@ def main():
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/swiglu"))
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    p.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("swiglu_configs.py needs a CUDA device")
@@ -53,7 +56,7 @@ def main():
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "rounds": args.rounds, "rows": []}  # fmt: skip
     saved = template.SWIGLU_CONFIG
-    for m, d, f in SHAPES:
+    for m, d, f in (SHAPES[s] for s in args.shapes):
         x = torch.randn(m, d, device="cuda", dtype=torch.bfloat16)
         w_gate, w_up = (torch.randn(f, d, device="cuda", dtype=torch.bfloat16) * d**-0.5 for _ in range(2))
 
@@ -62,14 +65,16 @@ def main():
 
         ref = fn(x).float()
         arms, errors = {}, {}
-        for name in ["stock", *args.configs]:
+        for name in ["stock", "unfused", *args.configs]:
             torch._dynamo.reset()
             try:
                 if name == "stock":
                     compiled = torch.compile(fn)
+                elif name == "unfused":
+                    compiled = torch.compile(fn, backend="inductor_mm_plugin")
                 else:
                     template.SWIGLU_CONFIG = CONFIGS[name]
-                    compiled = torch.compile(fn, backend="inductor_mm_plugin")
+                    compiled = torch.compile(fn, backend="inductor_mm_plugin", options={"fuse_swiglu": "auto"})
                 err = ((compiled(x).float() - ref).abs().max() / ref.abs().max()).item()
                 if not err < 3e-2:
                     errors[name] = f"wrong: relative error {err:.3g}"
