@@ -9,6 +9,11 @@
 by the plugin backend's default (``unfused``: the two matmuls as two sites). Each arm is checked against eager, then all
 are timed under CUDA graphs in rounds, the order reversed each round (``_timing.py``); the
 ratio stock / arm is taken within a round. Writes ``<out>/swiglu-configs.json``.
+
+Each arm compiles its own copy of the function's code object: Dynamo keeps its cache on the
+code object, and arms sharing one (with ``torch._dynamo.reset()`` between compiles, as a
+first version of this script did) recompiled or fell back to eager while timed, every
+config arm timing the same thing. A recompile while timed is an error here.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import os
 import pathlib
 import sys
+import types
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +43,16 @@ CONFIGS = {
 }
 SHAPES = {"2048x1024x4096": (2048, 1024, 4096), "8192x4096x14336": (8192, 4096, 14336),
           "2048x4096x14336": (2048, 4096, 14336)}  # M, d, f
+
+
+def _frames_compiled() -> int:
+    return sum(torch._dynamo.utils.counters["frames"].values())
+
+
+def _own_code(fn, name: str):
+    """``fn`` with a code object of its own (its own Dynamo cache)."""
+    code = fn.__code__.replace(co_name=name)
+    return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
 
 
 def main():
@@ -65,16 +81,17 @@ def main():
 
         ref = fn(x).float()
         arms, errors = {}, {}
+        torch._dynamo.reset()
         for name in ["stock", "unfused", *args.configs]:
-            torch._dynamo.reset()
+            arm_fn = _own_code(fn, "swiglu_" + "".join(c if c.isalnum() else "_" for c in name))
             try:
                 if name == "stock":
-                    compiled = torch.compile(fn)
+                    compiled = torch.compile(arm_fn)
                 elif name == "unfused":
-                    compiled = torch.compile(fn, backend="inductor_mm_plugin")
+                    compiled = torch.compile(arm_fn, backend="inductor_mm_plugin")
                 else:
                     template.SWIGLU_CONFIG = CONFIGS[name]
-                    compiled = torch.compile(fn, backend="inductor_mm_plugin", options={"fuse_swiglu": "auto"})
+                    compiled = torch.compile(arm_fn, backend="inductor_mm_plugin", options={"fuse_swiglu": "auto"})
                 err = ((compiled(x).float() - ref).abs().max() / ref.abs().max()).item()
                 if not err < 3e-2:
                     errors[name] = f"wrong: relative error {err:.3g}"
@@ -84,8 +101,10 @@ def main():
                 errors[name] = f"{type(e).__name__}: {str(e)[-300:]}"
             finally:
                 template.SWIGLU_CONFIG = saved
-        clock = sm_clock()
+        clock, frames = sm_clock(), _frames_compiled()
         times = rounds(arms, lambda g: triton.testing.do_bench_cudagraph(g, rep=100, return_mode="median"), args.rounds)
+        if _frames_compiled() != frames:
+            raise RuntimeError(f"M={m} d={d} f={f}: an arm recompiled while timed; the rounds would time compiles")
         row = {"shape": [m, d, f], "times_ms": times, "errors": errors, "clock_before": clock, "clock_after": sm_clock(),
                "ratios": {n: ratios(times, "stock", n) for n in arms if n != "stock"}}  # fmt: skip
         result["rows"].append(row)
