@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     competing.add_argument("--no-compete", action="store_const", const=False, dest="compete",
                            help="run the plugin at every routed site, whatever Inductor's autotuner would pick")
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="an Inductor config key, e.g. max_autotune=true (repeatable)")  # fmt: skip
+                   help="a plugin option or Inductor config key, e.g. fuse_swiglu=auto or max_autotune=true "
+                        "(repeatable)")  # fmt: skip
     c.add_argument("--json", metavar="PATH", help="write the report as JSON")
     c.add_argument("--markdown", metavar="PATH", help="write the report as markdown")
     c.add_argument("--plot", metavar="PATH", help="write a PNG of the speedups (needs matplotlib)")

@@ -227,10 +227,12 @@ def test_competing_sites_are_marked_in_the_tables():
     assert _routed(SiteResult(**site, routed=True, reason="", compete="kernels")) == "yes, competes"
     assert _routed(SiteResult(**site, routed=True, reason="")) == "yes"
     assert _routed(SiteResult(**site, routed=False, reason="select")) == "no"
+    assert _routed(SiteResult(**site, routed=True, reason="", fused="swiglu")) == "yes, SwiGLU"
 
 
-@pytest.mark.parametrize("flags,expect", [([], "unset"), (["--compete"], True), (["--no-compete"], False)])
-def test_cli_compete_flags_reach_the_options(monkeypatch, flags, expect):
+@pytest.fixture
+def cli_options(monkeypatch):
+    """The options the CLI passes to compare (replaced by a stub that passes)."""
     seen = {}
 
     class Passing:
@@ -244,8 +246,19 @@ def test_cli_compete_flags_reach_the_options(monkeypatch, flags, expect):
         return Passing()
 
     monkeypatch.setattr("inductor_mm_plugin.compare.compare", fake_compare)
+    return seen
+
+
+@pytest.mark.parametrize("flags,expect", [([], "unset"), (["--compete"], True), (["--no-compete"], False)])
+def test_cli_compete_flags_reach_the_options(cli_options, flags, expect):
     assert cli.main(["compare", f"{EXAMPLES}/mlp.py:make", "--quiet", *flags]) == 0
-    assert seen.get("compete", "unset") == expect
+    assert cli_options.get("compete", "unset") == expect
+
+
+def test_cli_option_takes_plugin_keys(cli_options):
+    args = ["--option", "fuse_swiglu=auto", "--option", "max_autotune=true"]
+    assert cli.main(["compare", f"{EXAMPLES}/mlp.py:make", "--quiet", *args]) == 0
+    assert cli_options == {"fuse_swiglu": "auto", "max_autotune": True}
 
 
 def test_cli_compete_flags_are_exclusive(capsys):
