@@ -3,6 +3,8 @@
 It runs in Inductor's ``post_grad_custom_pre_pass`` slot, once on each forward graph and once
 on each (lazily compiled) backward graph. Nodes not selected are left exactly as they are.
 A pass the user already put in that slot runs first (torch 2.11 holds one object there).
+With ``fuse_swiglu`` on, SwiGLU's two input matmuls become one ``mm_swiglu`` node instead
+(``_swiglu_pairs``, at the end of this file).
 
 Cache correctness: Inductor's FX graph cache keys on the graph and on this pass's ``uuid()``,
 never on node metadata, where the module markers are read from. So ``uuid()`` covers the
