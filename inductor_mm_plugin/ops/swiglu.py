@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .matmul import _PT2, _fmt_shape, _check_same, mm, mm_launch
+from .matmul import _PT2, _check_same, _fmt_shape, mm, mm_launch
 
 OP = "inductor_mm_plugin.mm_swiglu"
 
