@@ -236,7 +236,9 @@ def _heuristic_tma_fp32(p: Problem) -> MatmulConfig:
     # * an N-major B, which goes through registers (SWAP_AB in the kernel): the flattened
     #   loop cost 15-30% there. Unflattened, 128x256x32 s3 0.77-0.95, 128x128x32 s4
     #   0.71-0.87, flattened 128x128x32 s4 0.54-0.67. Unflattened 256x128x32 s3 computed
-    #   wrong results there (relative error 1.1e-2, TF32's is 9e-4), so it is not a candidate.
+    #   wrong results there (relative error 1.1e-2, TF32's is 9e-4), so it is not a candidate;
+    #   not isolated, possibly the register-operand wgmma hazard of triton-lang/triton#5003
+    #   (see ops/matmul.py, _tf32_a_from_registers).
     # Fewer than a wave of 128 x 256 tiles, or an M-major A and N-major B: 128 x 128 as
     # before (not measured).
     swap = p.a_kmajor and not p.b_kmajor
