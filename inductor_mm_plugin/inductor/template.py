@@ -185,7 +185,6 @@ TMA_SOURCE = _inline_tile_coords(_prologue("the plugin's persistent TMA kernel (
 """)
 
 
-
 # SwiGLU's two matmuls in one kernel (the op inductor_mm_plugin::mm_swiglu): the TMA
 # template with every line that reads B or updates the accumulator doubled for the second
 # weight (B2, acc2), and the product taken before the store, so the fused epilogue sees
@@ -230,10 +229,9 @@ SWIGLU_COMPETE_CONFIGS = [SWIGLU_CONFIG, MatmulConfig("tma", 128, 64, 64, 8, 4, 
 
 
 def swiglu_smem_bytes(cfg: MatmulConfig, elem_bytes: int) -> int:
-    """Shared memory of the SwiGLU template: x and two weight tiles per stage, and the
-    store's layout conversion (about a tile of output)."""
-    return (cfg.block_m + 2 * cfg.block_n) * cfg.block_k * elem_bytes * cfg.num_stages + \
-        cfg.block_m * cfg.block_n * elem_bytes  # fmt: skip
+    """Shared memory of the SwiGLU template: the TMA kernel's (x and weight stages, a tile
+    of output for the store) plus the second weight's tile in every stage."""
+    return configs.smem_bytes(cfg, elem_bytes) + cfg.block_n * cfg.block_k * elem_bytes * cfg.num_stages
 
 
 def plugin_swiglu_template():
@@ -263,6 +261,7 @@ def append_swiglu_choices(choices: list, x, w_gate, w_up, layout, *, compete=Fal
                 choices, input_nodes=(x, w_gate, w_up), layout=layout,
                 **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms), INPUT_PRECISION=repr(input_precision(layout.dtype)),
             )  # fmt: skip
+
 
 _NUM_SMS = 132  # H200; the pointer template's tile choice only
 
