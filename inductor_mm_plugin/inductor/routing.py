@@ -169,6 +169,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     fused = {}  # mm node -> the SwiGLU pair it belongs to
     for pair in _swiglu_pairs(routed_mms, options.fuse_swiglu):
         fused.update(dict.fromkeys(pair[:2], pair))
+    site_of = dict(zip(nodes, sites))
     done = set()
     records = []
     for node, site, (routed, reason) in zip(nodes, sites, decisions):
@@ -176,8 +177,8 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
         if node in fused:
             gate, up, product = fused[node]
             compete = COMPETE_ALL if options.compete is True else None
-            if gate not in done:
-                _fuse_swiglu(graph, gate, up, product, sites[nodes.index(gate)], compete)
+            if gate not in done:  # the pair's first site in graph order rewrites both
+                _fuse_swiglu(graph, gate, up, product, site_of[gate], compete)
                 done.add(gate)
             log.info("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
                      "inductor_mm_plugin::mm_swiglu", site)  # fmt: skip
@@ -362,6 +363,12 @@ def _silu_argument(node) -> torch.fx.Node | None:
     return None
 
 
+def _carries(user: torch.fx.Node) -> bool:
+    """Whether a value flows on through ``user`` unchanged in kind: a view, a pointwise op or
+    a dtype conversion (``prims.convert_element_type`` carries no pointwise tag)."""
+    return user.op == "call_function" and (_elementwise(user) or user.target == _CONVERT)
+
+
 def _same_input(a, b) -> bool:
     """The same tensor, or the same view of it (Dynamo reshapes x once per Linear)."""
     if a is b:
@@ -379,7 +386,7 @@ def _only_feeds(sources, sink) -> bool:
         for user in stack.pop().users:
             if user is sink or user in seen:
                 continue
-            if user.op != "call_function" or not (_elementwise(user) or user.target == _CONVERT):
+            if not _carries(user):
                 return False
             seen.add(user)
             stack.append(user)
@@ -417,7 +424,7 @@ def _mul_users(node: torch.fx.Node, depth: int = 8) -> list[torch.fx.Node]:
             seen.add(user)
             if user.target == _aten.mul.Tensor:
                 found.append(user)
-            if _elementwise(user) or user.target == _CONVERT:
+            if _carries(user):
                 stack.append((user, d + 1))
     return found
 
