@@ -49,3 +49,11 @@ def sm_clock() -> str:
                               timeout=10).stdout.strip()  # fmt: skip
     except Exception as e:  # noqa: BLE001 (a report field, never a failure)
         return f"nvidia-smi: {e}"
+
+
+def frames_compiled() -> int:
+    """Frames Dynamo has compiled so far in this process: the same before and after a timed
+    region when nothing recompiled inside it (a recompile there would be timed too)."""
+    import torch._dynamo.utils
+
+    return sum(torch._dynamo.utils.counters["frames"].values())

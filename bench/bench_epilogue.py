@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import triton
 import triton.testing
-from _timing import median, ratios, rounds, sm_clock, spread
+from _timing import frames_compiled, median, ratios, rounds, sm_clock, spread
 
 import inductor_mm_plugin
 
@@ -92,10 +92,6 @@ def compile_arm(model, x, **compile_kwargs):
     return compiled, out, time.perf_counter() - t0
 
 
-def _frames_compiled() -> int:
-    return sum(torch._dynamo.utils.counters["frames"].values())
-
-
 def bench_block(name, model, x, max_autotune, n_rounds=3):
     """Compile every arm, then time them in rounds (``_timing.rounds``): the same code object
     compiled by several backends keeps one Dynamo cache entry per backend, so the arms can
@@ -113,10 +109,10 @@ def bench_block(name, model, x, max_autotune, n_rounds=3):
                 err = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
                 assert err < 3e-2, f"{name}: plugin output differs from eager by {err:.2e} (relative)"
             del out
-        frames = _frames_compiled()
+        frames = frames_compiled()
         times = rounds({arm: (lambda c=c: c(x)) for arm, c in compiled.items()},
                        lambda fn: triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median"), n_rounds)
-        if _frames_compiled() != frames:
+        if frames_compiled() != frames:
             raise RuntimeError(f"{name}: an arm recompiled while timed; the rounds would time compiles")
         speedups = ratios(times, "stock", "plugin")
         row = {"block": name, "plugin_ms": median(times["plugin"]), "stock_ms": median(times["stock"]),

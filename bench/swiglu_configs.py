@@ -27,7 +27,7 @@ import types
 
 import torch
 import torch.nn.functional as F
-from _timing import median, ratios, rounds, sm_clock
+from _timing import frames_compiled, median, ratios, rounds, sm_clock
 
 from inductor_mm_plugin.inductor import template
 from inductor_mm_plugin.kernels.configs import MatmulConfig
@@ -43,10 +43,6 @@ CONFIGS = {
 }
 SHAPES = {"2048x1024x4096": (2048, 1024, 4096), "8192x4096x14336": (8192, 4096, 14336),
           "2048x4096x14336": (2048, 4096, 14336)}  # M, d, f
-
-
-def _frames_compiled() -> int:
-    return sum(torch._dynamo.utils.counters["frames"].values())
 
 
 def _own_code(fn, name: str):
@@ -101,9 +97,9 @@ def main():
                 errors[name] = f"{type(e).__name__}: {str(e)[-300:]}"
             finally:
                 template.SWIGLU_CONFIG = saved
-        clock, frames = sm_clock(), _frames_compiled()
+        clock, frames = sm_clock(), frames_compiled()
         times = rounds(arms, lambda g: triton.testing.do_bench_cudagraph(g, rep=100, return_mode="median"), args.rounds)
-        if _frames_compiled() != frames:
+        if frames_compiled() != frames:
             raise RuntimeError(f"M={m} d={d} f={f}: an arm recompiled while timed; the rounds would time compiles")
         row = {"shape": [m, d, f], "times_ms": times, "errors": errors, "clock_before": clock, "clock_after": sm_clock(),
                "ratios": {n: ratios(times, "stock", n) for n in arms if n != "stock"}}  # fmt: skip

@@ -24,3 +24,16 @@ def test_ratios_pair_timings_of_the_same_round():
     assert _timing.median([0.9, 1.3, 1.0]) == 1.0
     assert _timing.spread([0.91, 1.2, 1.0]) == "0.91–1.20"
     assert _timing.spread([1.0]) == ""
+
+
+def test_frames_compiled_counts_a_compile():
+    import torch
+
+    torch._dynamo.reset()
+    before = _timing.frames_compiled()
+    f = torch.compile(lambda x: x + 1, backend="eager")
+    f(torch.ones(2))
+    compiled = _timing.frames_compiled()
+    assert compiled > before
+    f(torch.ones(2))  # a cache hit compiles nothing
+    assert _timing.frames_compiled() == compiled
