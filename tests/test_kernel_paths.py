@@ -9,6 +9,7 @@ path, and CUDA-graph capture.
 
 import dataclasses
 import itertools
+import os
 
 import pytest
 import torch
@@ -69,6 +70,80 @@ def test_pointer_path_for_unaligned_strided_or_batched_operands():
     padded = randn(2, 9, 16, dtype=dt)[:, :8]
     b3 = randn(2, 16, 16, dtype=dt)
     assert impl._tma_layout(padded, b3, torch.empty(2, 8, 16, dtype=dt, device=DEVICE)) is None
+
+
+@pytest.mark.parametrize(
+    "values,divisor",
+    [
+        ((2000, 3000, 500, 0, 500, 1, 0, 3000, 1, 0, 3000, 1), 4),  # bf16 2000x3000x500, row-major
+        ((1000, 1000, 1000, 1, 1000), 8),
+        ((64, 48, 16, 1, 0), 1),  # all divisible by 16: Triton knows without a hint
+        ((1531, 1531, 1531, 1), 1),
+        ((1, 3000, 500, 1, 3000), 4),  # M = 1 is a constant to Triton, not a constraint
+        ((4096, 4096, 4094, 1), 2),
+    ],
+)
+def test_pointer_kernel_divisor_divides_every_size_and_stride(values, divisor):
+    assert impl.common_divisor(values) == divisor
+    assert all(v % divisor == 0 for v in values if v not in (0, 1))
+
+
+_PTX_OF_THE_POINTER_KERNEL = r"""
+import re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from inductor_mm_plugin.kernels.matmul import _matmul_kernel
+from inductor_mm_plugin.ops.matmul import common_divisor
+
+# mm of a (2000, 500) by a (500, 3000) bf16 matrix, both row-major: the arguments as the
+# launcher passes them, specialized as Triton's JIT would (ints divisible by 16 marked,
+# strides of 1 made constants).
+M, N, K = 2000, 3000, 500
+mid = dict(M=M, N=N, K=K, stride_ab=0, stride_am=K, stride_ak=1, stride_bb=0, stride_bk=N, stride_bn=1,
+           stride_cb=0, stride_cm=N, stride_cn=1, stride_biasb=0, stride_biasm=0, stride_biasn=0)
+consts = dict(HAS_BIAS=False, SCALE_ACC=False, INPUT_PRECISION="ieee", INTERPRETER_BF16=False,
+              BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8,
+              DIVISOR=common_divisor(list(mid.values())[:12]) if sys.argv[1] == "hint" else 1)
+sig, attrs = {}, {}
+for i, name in enumerate(_matmul_kernel.arg_names):
+    value = mid.get(name)
+    if name in consts or value == 1:
+        sig[name] = "constexpr"
+        consts.setdefault(name, value)
+    elif name.endswith("_ptr"):
+        sig[name] = "*bf16"
+        attrs[(i,)] = [["tt.divisibility", 16]]
+    elif name in ("alpha", "beta"):
+        sig[name] = "fp32"
+    else:
+        sig[name] = "i32"
+        if value % 16 == 0:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+src = triton.compiler.ASTSource(_matmul_kernel, sig, consts, attrs)
+ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=4)).asm["ptx"]
+print(consts["DIVISOR"], len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)), len(re.findall(r"ld\.global\.b16", ptx)))
+"""
+
+
+@pytest.mark.parametrize("hint", ["hint", "none"])
+def test_divisor_turns_element_loads_into_cp_async(hint):
+    """Compiled for sm_90 on the CPU (Triton's own ptxas): with K = 500 and rows of 3000
+    elements, the unhinted kernel loads one bf16 at a time; DIVISOR = 4 gives pipelined
+    8-byte cp.async copies and no element loads."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _PTX_OF_THE_POINTER_KERNEL, hint], env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    if res.returncode != 0 and ("ptxas" in res.stderr or "NVPTX" in res.stderr):
+        pytest.skip(f"this Triton cannot compile for sm_90 here: {res.stderr.strip().splitlines()[-1]}")
+    assert res.returncode == 0, res.stderr
+    divisor, cp_async, element_loads = map(int, res.stdout.split())
+    if hint == "hint":
+        assert divisor == 4 and cp_async > 0 and element_loads == 0
+    else:
+        assert divisor == 1 and cp_async == 0 and element_loads > 0
 
 
 def test_tma_path_for_stacked_batches_in_any_orientation():
@@ -548,6 +623,36 @@ def test_heuristic_on_gpu_shapes(layout, M, N, K):
         out = impl.mm_launch(a, b, out=poisoned(M, N, dtype=dt))
         assert_matmul_close(out, a, b)
     assert impl.chosen_config(a, b).kernel == "tma"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ta,tb", list(itertools.product((False, True), repeat=2)))
+@pytest.mark.parametrize(
+    "dtype,batch,M,N,K,divisor",
+    [
+        (torch.bfloat16, 1, 500, 300, 100, 4),
+        (torch.float16, 1, 202, 306, 98, 2),
+        (torch.bfloat16, 1, 1, 300, 100, 4),  # M = 1: a constant, left alone by the hint
+        (torch.float32, 1, 202, 306, 98, 2),
+        (torch.bfloat16, 3, 500, 300, 100, 4),
+    ],
+    ids=str,
+)
+def test_gpu_pointer_kernel_with_alignment_hint(ta, tb, dtype, batch, M, N, K, divisor):
+    """Rows the TMA cannot take but a divisor can vectorize: every layout, the batch, M = 1."""
+    if batch == 1:
+        a, b = operand(M, K, dtype, transposed=ta), operand(K, N, dtype, transposed=tb)
+        launch, shape = impl.mm_launch, (M, N)
+    else:
+        a = randn(batch, K, M, dtype=dtype).transpose(1, 2) if ta else randn(batch, M, K, dtype=dtype)
+        b = randn(batch, N, K, dtype=dtype).transpose(1, 2) if tb else randn(batch, K, N, dtype=dtype)
+        launch, shape = impl.bmm_launch, (batch, M, N)
+    plan = impl._launch(a, b, poisoned(*shape, dtype=dtype))
+    assert plan.cfg.kernel == "ptr" and plan.consts[-1] == divisor
+    for _ in range(3):  # the first call compiles; the others take the direct launch
+        a.normal_()
+        out = launch(a, b, out=poisoned(*shape, dtype=dtype))
+        assert_matmul_close(out, a, b)
 
 
 @pytest.mark.gpu

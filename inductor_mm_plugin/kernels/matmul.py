@@ -24,8 +24,8 @@ slices into an fp32 accumulator; masked loads and stores. Added on top:
 
 Dtypes: fp16, bf16, fp32 in; output in the input dtype; fp32 accumulation.
 Known gaps: 32-bit element offsets inside one matrix (the launcher sends larger
-operands to aten); no split-K here (the TMA kernel has it); operands whose rows are not
-16-byte aligned load narrowly, without cp.async pipelining.
+operands to aten); no split-K here (the TMA kernel has it); operands whose sizes and strides share
+no power-of-two divisor (1531 x 1531) load one element at a time, without cp.async.
 """
 
 from __future__ import annotations
@@ -101,7 +101,40 @@ def _matmul_kernel(
     INTERPRETER_BF16: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    DIVISOR: tl.constexpr,
 ):  # fmt: skip
+    # Alignment. Triton specializes an integer argument divisible by 16 (and makes one equal
+    # to 1 a constant), nothing in between: with K = 500 or rows of 3000 elements every
+    # masked load goes one element at a time, without cp.async (ld.global.b16 in the PTX).
+    # DIVISOR is a power of two that the launcher found dividing every size and every stride
+    # other than 0 and 1; `x // DIVISOR * DIVISOR` is then x itself, and Triton's alignment
+    # analysis reads the divisor off the multiply: 8-byte cp.async at DIVISOR = 4 for bf16,
+    # 16-byte at 8. Constants (strides equal to 1) are not tensors and stay as they are.
+    if DIVISOR > 1:
+        if isinstance(M, tl.tensor):
+            M = M // DIVISOR * DIVISOR
+        if isinstance(N, tl.tensor):
+            N = N // DIVISOR * DIVISOR
+        if isinstance(K, tl.tensor):
+            K = K // DIVISOR * DIVISOR
+        if isinstance(stride_ab, tl.tensor):
+            stride_ab = stride_ab // DIVISOR * DIVISOR
+        if isinstance(stride_am, tl.tensor):
+            stride_am = stride_am // DIVISOR * DIVISOR
+        if isinstance(stride_ak, tl.tensor):
+            stride_ak = stride_ak // DIVISOR * DIVISOR
+        if isinstance(stride_bb, tl.tensor):
+            stride_bb = stride_bb // DIVISOR * DIVISOR
+        if isinstance(stride_bk, tl.tensor):
+            stride_bk = stride_bk // DIVISOR * DIVISOR
+        if isinstance(stride_bn, tl.tensor):
+            stride_bn = stride_bn // DIVISOR * DIVISOR
+        if isinstance(stride_cb, tl.tensor):
+            stride_cb = stride_cb // DIVISOR * DIVISOR
+        if isinstance(stride_cm, tl.tensor):
+            stride_cm = stride_cm // DIVISOR * DIVISOR
+        if isinstance(stride_cn, tl.tensor):
+            stride_cn = stride_cn // DIVISOR * DIVISOR
     # Tile coordinates from the 1-D program id: batch, then grouped (row-panel) order.
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)

@@ -427,6 +427,9 @@ class _Plan:
         """The kernel's arguments in signature order, constexprs included (tensors as tensors)."""
         if self.mid is None:
             self.mid = self._mid(a, b, out, bias)
+            if self.cfg.kernel != "tma":
+                # The interpreter does not make strides of 1 constants, so it gets no hint.
+                self.consts = (*self.consts, 1 if interpreting() else common_divisor(self.mid[:12]))
         bias_arg = bias if self.has_bias else out
         if self.cfg.kernel == "tma":
             ws, locks = self._split_k_buffers(out.device) if self.cfg.split_k > 1 else (out, out)
@@ -578,6 +581,20 @@ def _disable_direct_launch(err: Exception) -> None:
         RuntimeWarning,
         2,
     )
+
+
+def common_divisor(values) -> int:
+    """The pointer kernel's DIVISOR: the largest power of two up to 8 dividing every size
+    and stride in ``values`` other than 0 and 1 (those Triton specializes on its own), or 1
+    where all of them are divisible by 16 (Triton knows that already; the kernel stays the
+    one it compiled before). 8 elements are 16 bytes of fp16 or bf16, cp.async's widest."""
+    values = [v for v in values if v not in (0, 1)]
+    if all(v % 16 == 0 for v in values):
+        return 1
+    d = 8
+    while d > 1 and any(v % d for v in values):
+        d //= 2
+    return d
 
 
 def _bias_mode(bias: torch.Tensor) -> str:
