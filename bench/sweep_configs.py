@@ -98,6 +98,38 @@ GROUPS = {
             T(128, 256, 64, 8, 8, 3, sub=True, flat=True),
         ],
     ),
+    # One wave of tiles, one per program: the pointer kernel (no descriptor prefetch, no
+    # persistent loop; with the alignment hint, 16-byte cp.async at K = 1000) against the
+    # TMA kernel the heuristic picks there.
+    "odd_small": dict(
+        shapes=[(1000, 1000, 1000), (768, 768, 768), (1024, 1024, 1024), (2048, 1024, 1024)], dtype="bf16",
+        layouts=["row", "linear"], graph=False,
+        configs=[
+            T(128, 64, 64, 8, 4, 4, flat=True),
+            T(128, 128, 64, 8, 8, 4, sub=True, flat=True),
+            P(128, 64, 64, 8, 4, 3),
+            P(64, 128, 64, 8, 4, 3),
+            P(64, 64, 64, 8, 4, 4),
+            P(128, 128, 64, 8, 8, 3),
+            P(64, 128, 32, 8, 4, 4),
+            P(64, 64, 32, 8, 4, 4),
+            P(128, 64, 32, 8, 4, 4),
+        ],
+    ),
+    # Odd strides: no divisor, so every load is one element (no cp.async); more warps to issue them?
+    "odd_unaligned": dict(
+        shapes=[(1531, 1531, 1531)], dtype="bf16", layouts=["row", "linear"], graph=False,
+        configs=[
+            P(64, 128, 32, 8, 4, 4),
+            P(64, 128, 32, 8, 8, 4),
+            P(128, 128, 32, 8, 8, 4),
+            P(128, 64, 32, 8, 8, 4),
+            P(64, 64, 32, 8, 4, 6),
+            P(64, 128, 16, 8, 4, 6),
+            P(32, 128, 32, 8, 4, 4),
+            P(64, 256, 32, 8, 8, 3),
+        ],
+    ),
     "odd_linear": dict(
         shapes=[(4097, 4095, 4096)], dtype="bf16", layouts=["linear"], graph=False,
         configs=[T(128, 256, 64, 8, 8, 3, sub=True, flat=True), T(128, 128, 64, 8, 8, 4, sub=True, flat=True),
