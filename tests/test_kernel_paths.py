@@ -73,19 +73,29 @@ def test_pointer_path_for_unaligned_strided_or_batched_operands():
 
 
 @pytest.mark.parametrize(
-    "values,divisor",
+    "values,divisor,hint",
     [
-        ((2000, 3000, 500, 0, 500, 1, 0, 3000, 1, 0, 3000, 1), 4),  # bf16 2000x3000x500, row-major
-        ((1000, 1000, 1000, 1, 1000), 8),
-        ((64, 48, 16, 1, 0), 1),  # all divisible by 16: Triton knows without a hint
-        ((1531, 1531, 1531, 1), 1),
-        ((1, 3000, 500, 1, 3000), 4),  # M = 1 is a constant to Triton, not a constraint
-        ((4096, 4096, 4094, 1), 2),
+        ((2000, 3000, 500, 500, 1, 3000, 1, 3000, 1), 4, 4),  # 2000x3000x500, row-major
+        ((1000, 1000, 1000, 1, 1000), 8, 8),
+        ((64, 48, 16, 1, 0), 16, 1),  # all divisible by 16: Triton knows without a hint
+        ((1531, 1531, 1531, 1), 1, 1),
+        ((1, 3000, 500, 1, 3000), 4, 4),  # M = 1 is a constant to Triton, not a constraint
+        ((4096, 4096, 4094, 1), 2, 2),
     ],
 )
-def test_pointer_kernel_divisor_divides_every_size_and_stride(values, divisor):
-    assert impl.common_divisor(values) == divisor
+def test_pointer_kernel_divisor_divides_every_size_and_stride(values, divisor, hint):
+    assert impl.pow2_divisor(values) == divisor
     assert all(v % divisor == 0 for v in values if v not in (0, 1))
+    assert impl.pointer_kernel_divisor(divisor) == hint
+
+
+def test_problem_carries_the_divisor_and_the_pointer_layout():
+    dt = torch.bfloat16
+    a, b = randn(20, 50, dtype=dt), randn(30, 50, dtype=dt).t()  # a Linear weight, K = 50
+    plan = impl._launch(a, b, poisoned(20, 30, dtype=dt))
+    assert plan.cfg.kernel == "ptr"
+    assert (plan.problem.divisor, plan.problem.a_kmajor, plan.problem.b_kmajor) == (2, True, True)
+    assert "ptr2|" in plan.problem.bucket()
 
 
 _PTX_OF_THE_POINTER_KERNEL = r"""
@@ -93,7 +103,7 @@ import re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from inductor_mm_plugin.kernels.matmul import _matmul_kernel
-from inductor_mm_plugin.ops.matmul import common_divisor
+from inductor_mm_plugin.ops.matmul import pointer_kernel_divisor, pow2_divisor
 
 # mm of a (2000, 500) by a (500, 3000) bf16 matrix, both row-major: the arguments as the
 # launcher passes them, specialized as Triton's JIT would (ints divisible by 16 marked,
@@ -103,7 +113,7 @@ mid = dict(M=M, N=N, K=K, stride_ab=0, stride_am=K, stride_ak=1, stride_bb=0, st
            stride_cb=0, stride_cm=N, stride_cn=1, stride_biasb=0, stride_biasm=0, stride_biasn=0)
 consts = dict(HAS_BIAS=False, SCALE_ACC=False, INPUT_PRECISION="ieee", INTERPRETER_BF16=False,
               BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8,
-              DIVISOR=common_divisor(list(mid.values())[:12]) if sys.argv[1] == "hint" else 1)
+              DIVISOR=pointer_kernel_divisor(pow2_divisor(list(mid.values())[:12])) if sys.argv[1] == "hint" else 1)
 sig, attrs = {}, {}
 for i, name in enumerate(_matmul_kernel.arg_names):
     value = mid.get(name)
@@ -524,6 +534,18 @@ def test_heuristic_and_candidates_fit_shared_memory(M, N, K, elem, precision, tm
         assert c.kernel == cfg.kernel
         if c.split_k > 1:  # every slice has real K to read
             assert k_per_split(K, c.block_k, c.split_k) * (c.split_k - 1) < K
+
+
+@pytest.mark.parametrize("b_kmajor,expected", [(False, MatmulConfig("ptr", 64, 128, 16, 8, 4, 6)),
+                                               (True, MatmulConfig("ptr", 64, 128, 32, 8, 8, 4))])
+def test_pointer_heuristic_for_element_loads_follows_b_layout(b_kmajor, expected):
+    """1531^3: no load wider than one element; the measured best config differs by B's layout."""
+    p = Problem(M=1531, N=1531, K=1531, batch=1, elem_bytes=2, dtype="bfloat16", tma=False, b_kmajor=b_kmajor,
+                c_tma=False, divisor=1)  # fmt: skip
+    assert heuristic_config(p) == expected
+    # With wider loads (2000x3000x500: 4 elements) the layout does not decide.
+    p4 = dataclasses.replace(p, M=2000, N=3000, K=500, divisor=4)
+    assert heuristic_config(p4) == MatmulConfig("ptr", 64, 128, 32, 8, 4, 4)
 
 
 def test_heuristic_splits_k_only_when_the_grid_is_small():

@@ -154,9 +154,10 @@ def test_fuse_swiglu_rewrites_the_pattern(form, shape, dtype):
     torch.testing.assert_close(out.float(), ref.float(), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("option", [False, "auto"])
+@pytest.mark.parametrize("option", [None, False, "auto"])
 def test_default_and_auto_on_the_cpu_leave_swiglu_unfused(option):
-    options = {} if option is False else {"fuse_swiglu": option}  # False is the default
+    assert PluginOptions().fuse_swiglu == "auto"
+    options = {} if option is None else {"fuse_swiglu": option}
     out, code, records = compile_swiglu(SwiGLU(), randn(24, 32, dtype=torch.float32), **options)
     assert FUSED_CALL not in code
     assert code.count("extern_kernels.inductor_mm_plugin_mm(") == 3, code

@@ -37,7 +37,7 @@ class PluginOptions:
 
     select: SelectSpec = "auto"
     compete: bool | str = "auto"
-    fuse_swiglu: bool | str = False
+    fuse_swiglu: bool | str = "auto"
 
     def __post_init__(self):
         validate_select(self.select)

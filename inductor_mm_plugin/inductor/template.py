@@ -223,9 +223,13 @@ SWIGLU_TMA_SOURCE = _swiglu_source(TMA_SOURCE)
 SWIGLU_TEMPLATE_NAME = "inductor_mm_plugin_mm_swiglu_tma"
 
 # Each program holds two 128 x 128 accumulators (the registers of one 128 x 256 tile) and
-# stages an x tile and two weight tiles per K step: 3 stages of 48 KiB.
-SWIGLU_CONFIG = MatmulConfig("tma", 128, 128, 64, 8, 8, 3, flatten=True)
-SWIGLU_COMPETE_CONFIGS = [SWIGLU_CONFIG, MatmulConfig("tma", 128, 64, 64, 8, 4, 4, flatten=True)]
+# stages an x tile and two weight tiles per K step: 3 stages of 48 KiB. The tile and K loops
+# stay two loops: flattened into one (the plain template's choice for 128 x 256 tiles) the
+# kernel ran 0.99 and 0.88 of stock at (M, d, f) = (2048, 1024, 4096) and (2048, 4096, 14336),
+# against 1.16 and 1.03 as two loops; 128 x 64 tiles ran 0.46-0.73 (bench/swiglu_configs.py,
+# bench/results/*-swiglu-configs.json).
+SWIGLU_CONFIG = MatmulConfig("tma", 128, 128, 64, 8, 8, 3)
+SWIGLU_COMPETE_CONFIGS = [SWIGLU_CONFIG, MatmulConfig("tma", 128, 128, 64, 8, 8, 3, flatten=True)]
 
 
 def swiglu_smem_bytes(cfg: MatmulConfig, elem_bytes: int) -> int:

@@ -103,6 +103,9 @@ class Problem:
     has_bias: bool = False
     num_sms: int = DEFAULT_NUM_SMS
     precision: str = "ieee"  # the dot's input precision: "ieee", or "tf32" for fp32 with TF32 allowed
+    # The largest power of two up to 16 dividing every size and stride other than 0 and 1
+    # (ops.matmul.pow2_divisor): how wide the pointer kernel's loads can be.
+    divisor: int = 16
 
     def bucket(self) -> str:
         """The autotuning cache key: layout facts plus each dimension rounded up to a power of two."""
@@ -110,6 +113,8 @@ class Problem:
         layout = ("k" if self.a_kmajor else "m") + ("k" if self.b_kmajor else "n")
         dims = "x".join(str(_pow2_ceil(d)) for d in (self.M, self.N, self.K))
         dtype = "tf32" if self.precision == "tf32" else self.dtype
+        if not self.tma:
+            kind += f"{self.divisor}"
         return f"{kind}|{dtype}|{layout}|c{int(self.c_tma)}|bias{int(self.has_bias)}|b{min(self.batch, 2)}|{dims}"
 
 
@@ -216,15 +221,19 @@ def _heuristic(p: Problem, interpreting: bool) -> MatmulConfig:
 
 
 def _heuristic_ptr(p: Problem) -> MatmulConfig:
-    # Operands without 16-byte aligned rows: narrow loads, barely pipelined. Measured:
-    # 1531^3 64x128x32 s4 0.91 (64x128x64 s3 0.76); 2000x3000x500 0.71 (0.69);
-    # 4097x4095x4096 128x64x64 s3 1.31 (64x128x32 s4 1.14).
+    # Operands without 16-byte aligned rows. Measured (bench/results/*-sweep-odd-*.json):
+    # 4097x4095x4096 128x64x64 s3 1.31 (64x128x32 s4 1.14); 2000x3000x500, loads 4 elements
+    # wide, 64x128x32 s4 1.23 (128x128x64 w8 s3 1.33). 1531^3, where no load is wider than
+    # one element, depends on B's layout: an N-major B 64x128x16 w4 s6 0.98 (64x128x32 s4
+    # 0.87, w8 0.65), a K-major B 64x128x32 w8 s4 0.93 (w4 0.86, 64x128x16 s6 0.71).
     if p.elem_bytes == 4:
         return MatmulConfig("ptr", 64, 64, 32, 8, 4, 3)
     if p.M <= 64:
         return MatmulConfig("ptr", max(16, _pow2_ceil(p.M)), 64, 128, 1, 4, 3)
     if p.M * p.N * p.batch >= 2048 * 4096:
         return MatmulConfig("ptr", 128, 64, 64, 8, 4, 3)
+    if p.divisor == 1:
+        return MatmulConfig("ptr", 64, 128, 32, 8, 8, 4) if p.b_kmajor else MatmulConfig("ptr", 64, 128, 16, 8, 4, 6)
     return MatmulConfig("ptr", 64, 128, 32, 8, 4, 4)
 
 

@@ -371,6 +371,8 @@ class _Plan:
             self.consts = (
                 flags["HAS_BIAS"], flags["SCALE_ACC"], flags["INPUT_PRECISION"], flags["INTERPRETER_BF16"],
                 cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m,
+                # The interpreter does not make strides of 1 constants, so it gets no hint.
+                1 if interpreting() else pointer_kernel_divisor(p.divisor),
             )  # fmt: skip
 
     @property
@@ -427,9 +429,6 @@ class _Plan:
         """The kernel's arguments in signature order, constexprs included (tensors as tensors)."""
         if self.mid is None:
             self.mid = self._mid(a, b, out, bias)
-            if self.cfg.kernel != "tma":
-                # The interpreter does not make strides of 1 constants, so it gets no hint.
-                self.consts = (*self.consts, 1 if interpreting() else common_divisor(self.mid[:12]))
         bias_arg = bias if self.has_bias else out
         if self.cfg.kernel == "tma":
             ws, locks = self._split_k_buffers(out.device) if self.cfg.split_k > 1 else (out, out)
@@ -583,18 +582,19 @@ def _disable_direct_launch(err: Exception) -> None:
     )
 
 
-def common_divisor(values) -> int:
-    """The pointer kernel's DIVISOR: the largest power of two up to 8 dividing every size
-    and stride in ``values`` other than 0 and 1 (those Triton specializes on its own), or 1
-    where all of them are divisible by 16 (Triton knows that already; the kernel stays the
-    one it compiled before). 8 elements are 16 bytes of fp16 or bf16, cp.async's widest."""
-    values = [v for v in values if v not in (0, 1)]
-    if all(v % 16 == 0 for v in values):
-        return 1
-    d = 8
-    while d > 1 and any(v % d for v in values):
+def pow2_divisor(values) -> int:
+    """The largest power of two up to 16 dividing every value other than 0 and 1."""
+    d = 16
+    while d > 1 and any(v % d for v in values if v not in (0, 1)):
         d //= 2
     return d
+
+
+def pointer_kernel_divisor(divisor: int) -> int:
+    """The pointer kernel's DIVISOR for a problem's ``pow2_divisor`` of its sizes and strides:
+    1 where that is 16, since Triton specializes on 16 already (the kernel stays the one it
+    compiled before), else the divisor itself."""
+    return 1 if divisor >= 16 else divisor
 
 
 def _bias_mode(bias: torch.Tensor) -> str:
@@ -613,8 +613,9 @@ def _problem(a, b, out, layout, has_bias, precision="ieee") -> Problem:
     tma = layout is not None
     return Problem(
         M=M, N=N, K=K, batch=batch, elem_bytes=a.element_size(), dtype=str(a.dtype).removeprefix("torch."),
-        tma=tma, a_kmajor=layout[0] if tma else True, b_kmajor=layout[2] if tma else False,
+        tma=tma, a_kmajor=layout[0] if tma else a.stride(-1) == 1, b_kmajor=layout[2] if tma else b.stride(-2) == 1,
         c_tma=layout[4] if tma else False, has_bias=has_bias, num_sms=_num_sms(a.device), precision=precision,
+        divisor=pow2_divisor((M, N, K, *a.stride(), *b.stride(), *out.stride())),
     )  # fmt: skip
 
 
