@@ -2,8 +2,8 @@
 
 CPU: the op (numerics against float64, bad input, opcheck, gradients) and the graph rewrite
 with ``fuse_swiglu=True`` (on the CPU the fused op runs as an extern kernel). GPU: with
-``fuse_swiglu="auto"``, one template kernel runs both matmuls with the product inside it.
-The default is off (slower than stock on the H200; see options.PluginOptions).
+``fuse_swiglu="auto"`` (the default), one template kernel runs both matmuls with the product
+inside it.
 """
 
 import logging

@@ -26,13 +26,13 @@ class PluginOptions:
              always runs the plugin.
     fuse_swiglu: whether ``silu(x @ w_gate) * (x @ w_up)`` from two routed matmuls whose
              results nothing else reads becomes one ``inductor_mm_plugin::mm_swiglu``, both
-             matmuls in one template kernel that writes only the product. False (default):
-             never; on the H200 the fused kernel is still slower than two cuBLAS matmuls and
-             Inductor's pointwise product (0.905-1.011 of stock on the fused-epilogue suite's
-             SwiGLU blocks, the transformer block 0.950; bench/results/*-epilogue-swiglu-fused.md). "auto": on CUDA in
-             fp16/bf16 with static shapes and TMA-readable operands, where that template runs.
-             True: wherever the pattern appears (elsewhere the op runs the plugin's two
-             matmul kernels, then the product).
+             matmuls in one template kernel that writes only the product. "auto" (default):
+             on CUDA in fp16/bf16 with static shapes and TMA-readable operands, where that
+             template runs; on the H200 the fused-epilogue suite's SwiGLU blocks ran at
+             1.01-1.08 of stock with it, 0.945-0.998 without
+             (bench/results/*-epilogue-swiglu-fused-two-loops.md). True: wherever the pattern
+             appears (elsewhere the op runs the plugin's two matmul kernels, then the
+             product). False: never.
     """
 
     select: SelectSpec = "auto"
