@@ -6,7 +6,7 @@
 (cuBLAS twice, then one pointwise kernel) and by the plugin backend with the fused
 ``mm_swiglu`` template under each forced config (``fuse_swiglu="auto"``,
 ``template.SWIGLU_CONFIG`` patched; the caches must be off, they do not see the patch), and
-by the plugin backend's default (``unfused``: the two matmuls as two sites). Each arm is checked against eager, then all
+by the plugin backend unfused (``fuse_swiglu=False``: the two matmuls as two sites). Each arm is checked against eager, then all
 are timed under CUDA graphs in rounds, the order reversed each round (``_timing.py``); the
 ratio stock / arm is taken within a round. Writes ``<out>/swiglu-configs.json``.
 
@@ -90,7 +90,7 @@ def main():
                 if name == "stock":
                     compiled = torch.compile(arm_fn)
                 elif name == "unfused":
-                    compiled = torch.compile(arm_fn, backend="inductor_mm_plugin")
+                    compiled = torch.compile(arm_fn, backend="inductor_mm_plugin", options={"fuse_swiglu": False})
                 else:
                     template.SWIGLU_CONFIG = CONFIGS[name]
                     compiled = torch.compile(arm_fn, backend="inductor_mm_plugin", options={"fuse_swiglu": "auto"})

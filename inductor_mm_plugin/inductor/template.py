@@ -226,10 +226,12 @@ SWIGLU_TEMPLATE_NAME = "inductor_mm_plugin_mm_swiglu_tma"
 # stages an x tile and two weight tiles per K step: 3 stages of 48 KiB. The tile and K loops
 # stay two loops: flattened into one (the plain template's choice for 128 x 256 tiles) the
 # kernel ran 0.99 and 0.88 of stock at (M, d, f) = (2048, 1024, 4096) and (2048, 4096, 14336),
-# against 1.16 and 1.03 as two loops; 128 x 64 tiles ran 0.46-0.73 (bench/swiglu_configs.py,
-# bench/results/*-swiglu-configs.json).
-SWIGLU_CONFIG = MatmulConfig("tma", 128, 128, 64, 8, 8, 3)
-SWIGLU_COMPETE_CONFIGS = [SWIGLU_CONFIG, MatmulConfig("tma", 128, 128, 64, 8, 8, 3, flatten=True)]
+# against 1.16 and 1.03 as two loops; 128 x 64, 256 x 64 and 128 x 128 x 32 tiles ran
+# 0.73-1.06. Groups of 16 row tiles, not 8: 1.019 and 1.049 of stock against 1.005 and 1.020
+# at (8192, 4096, 14336) and (2048, 4096, 14336), 1.150 against 1.161 at (2048, 1024, 4096)
+# (bench/swiglu_configs.py, 2 interleaved rounds; bench/results/*-swiglu-configs*.json).
+SWIGLU_CONFIG = MatmulConfig("tma", 128, 128, 64, 16, 8, 3)
+SWIGLU_COMPETE_CONFIGS = [SWIGLU_CONFIG, MatmulConfig("tma", 128, 128, 64, 8, 8, 3)]
 
 
 def swiglu_smem_bytes(cfg: MatmulConfig, elem_bytes: int) -> int:
