@@ -29,8 +29,8 @@ class PluginOptions:
              matmuls in one template kernel that writes only the product. "auto" (default):
              on CUDA in fp16/bf16 with static shapes and TMA-readable operands, where that
              template runs; on the H200 the fused-epilogue suite's SwiGLU blocks ran at
-             1.01-1.08 of stock with it, 0.945-0.998 without
-             (bench/results/*-epilogue-swiglu-fused-two-loops.md). True: wherever the pattern
+             1.02-1.12 of stock with it, 0.945-0.998 without
+             (bench/results/*-epilogue-swiglu-g16.md). True: wherever the pattern
              appears (elsewhere the op runs the plugin's two matmul kernels, then the
              product). False: never.
     """
