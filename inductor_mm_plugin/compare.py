@@ -174,6 +174,8 @@ class Report:
                              " ".join("x".join(map(str, x)) for x in s.shapes),
                              f"{s.plugin_ms:.4f}", f"{s.aten_ms:.4f}", _x(s.speedup)))  # fmt: skip
             lines += ["", "routed sites, kernel against aten on the same shapes:", _table(rows)]
+            if any(s.fused for s in timed):
+                lines += ["", f"note: {_FUSED_NOTE}"]
         if not self.timing_meaningful:
             lines += ["", f"note: {self.timing_note}"]
         return "\n".join(lines)
@@ -201,6 +203,8 @@ class Report:
             out.append(f"| {s.graph} | {s.phase} | {s.module or '&lt;root&gt;'} | {s.op} | {shapes} | {s.dtype} | "
                        f"{_routed(s)} | {s.reason} | {_f(s.plugin_ms)} | {_f(s.aten_ms)} | "
                        f"{_x(s.speedup)} |")  # fmt: skip
+        if any(s.fused and s.speedup is not None for s in self.sites):
+            out += ["", f"_{_FUSED_NOTE}_"]
         if not self.timing_meaningful:
             out += ["", f"_{self.timing_note}_"]
         return "\n".join(out) + "\n"
@@ -262,6 +266,12 @@ class Report:
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
+
+
+# A fused site's own row times what the site would run alone; what runs is one kernel for the pair.
+_FUSED_NOTE = ("\"yes, SwiGLU\" sites: their times are the plugin's plain matmul kernel on each site's shapes; "
+               "in the compiled graph the pair runs as one fused kernel (inductor_mm_plugin::mm_swiglu), "
+               "timed only as part of the graph")
 
 
 def _routed(s: SiteResult) -> str:

@@ -1,5 +1,6 @@
 """The A/B comparison: report structure and values, JSON, text, CLI end to end and its errors."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -228,6 +229,17 @@ def test_competing_sites_are_marked_in_the_tables():
     assert _routed(SiteResult(**site, routed=True, reason="")) == "yes"
     assert _routed(SiteResult(**site, routed=False, reason="select")) == "no"
     assert _routed(SiteResult(**site, routed=True, reason="", fused="swiglu")) == "yes, SwiGLU"
+
+
+def test_fused_sites_say_what_their_times_measure(mlp_report):
+    """A SwiGLU site's row times the plain kernel on its shapes, not the fused kernel: said
+    under both tables when such a row is timed, and not otherwise."""
+    site = dataclasses.replace(mlp_report.sites[0], routed=True, fused="swiglu", plugin_ms=1.0, aten_ms=1.0)
+    fused = dataclasses.replace(mlp_report, sites=[site])
+    note = "their times are the plugin's plain matmul kernel"
+    assert note in fused.to_markdown() and note in str(fused)
+    unfused = dataclasses.replace(fused, sites=[dataclasses.replace(site, fused=None)])
+    assert note not in unfused.to_markdown() and note not in str(unfused)
 
 
 @pytest.fixture
