@@ -109,7 +109,10 @@ def _matmul_kernel(
     # DIVISOR is a power of two that the launcher found dividing every size and every stride
     # other than 0 and 1; `x // DIVISOR * DIVISOR` is then x itself, and Triton's alignment
     # analysis reads the divisor off the multiply: 8-byte cp.async at DIVISOR = 4 for bf16,
-    # 16-byte at 8. Constants (strides equal to 1) are not tensors and stay as they are.
+    # 16-byte at 8. Values equal to 1 are constants here, not tensors, and stay as they are
+    # (the interpreter passes them as tensors, so the launcher gives it DIVISOR = 1). Written
+    # out value by value: a @triton.jit helper receives such a constant as a plain int, and
+    # `1 // DIVISOR * DIVISOR` there is 0.
     if DIVISOR > 1:
         if isinstance(M, tl.tensor):
             M = M // DIVISOR * DIVISOR
