@@ -116,6 +116,21 @@ GROUPS = {
             P(128, 64, 32, 8, 4, 4),
         ],
     ),
+    # One tile per program: the persistent loop has nothing to flatten; unflattened and
+    # other depths against the heuristic's flattened 128x64x64 s4.
+    "odd_tma_unflat": dict(
+        shapes=[(1000, 1000, 1000), (768, 768, 768), (1024, 1024, 1024)], dtype="bf16", layouts=["row", "linear"],
+        graph=False,
+        configs=[
+            T(128, 64, 64, 8, 4, 4, flat=True),
+            T(128, 64, 64, 8, 4, 4),
+            T(128, 64, 64, 8, 4, 3),
+            T(128, 64, 64, 8, 4, 5),
+            T(64, 128, 64, 8, 4, 4),
+            T(128, 64, 32, 8, 4, 6),
+            T(128, 128, 64, 8, 8, 4, sub=True),
+        ],
+    ),
     # Odd strides: no divisor, so every load is one element (no cp.async); more warps to issue them?
     "odd_unaligned": dict(
         shapes=[(1531, 1531, 1531)], dtype="bf16", layouts=["row", "linear"], graph=False,
