@@ -105,7 +105,8 @@ def _matmul_kernel(
 ):  # fmt: skip
     # Alignment. Triton specializes an integer argument divisible by 16 (and makes one equal
     # to 1 a constant), nothing in between: with K = 500 or rows of 3000 elements every
-    # masked load goes one element at a time, without cp.async (ld.global.b16 in the PTX).
+    # masked load goes one element at a time, without cp.async (ld.global.b16 in the PTX;
+    # triton-lang/triton#4478; a divisible-by-8 tier was proposed in triton-lang/triton#10389).
     # DIVISOR is a power of two that the launcher found dividing every size and every stride
     # other than 0 and 1; `x // DIVISOR * DIVISOR` is then x itself, and Triton's alignment
     # analysis reads the divisor off the multiply: 8-byte cp.async at DIVISOR = 4 for bf16,
