@@ -72,8 +72,12 @@ _SILU_LIPSCHITZ = 1.1
 
 def mm_swiglu_reference(x, w_gate, w_up) -> torch.Tensor:
     """silu(x @ w_gate) * (x @ w_up) in float64."""
-    gate = torch.matmul(x.double(), w_gate.double())
-    return torch.nn.functional.silu(gate) * torch.matmul(x.double(), w_up.double())
+    gate, up = _swiglu_matmuls(x, w_gate, w_up)
+    return torch.nn.functional.silu(gate) * up
+
+
+def _swiglu_matmuls(x, w_gate, w_up) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.matmul(x.double(), w_gate.double()), torch.matmul(x.double(), w_up.double())
 
 
 def assert_mm_swiglu_close(out, x, w_gate, w_up) -> None:
@@ -81,15 +85,14 @@ def assert_mm_swiglu_close(out, x, w_gate, w_up) -> None:
     ``silu(x @ w_gate) * (x @ w_up)``: each matmul within its own bound (rounded to the
     dtype or not: eager rounds them, the fused template does not), propagated through SiLU
     and the product, plus the output's rounding, times 2."""
-    ref = mm_swiglu_reference(x, w_gate, w_up)
+    gate, up = _swiglu_matmuls(x, w_gate, w_up)
+    silu = torch.nn.functional.silu(gate)
+    ref = silu * up
     assert out.shape == ref.shape, f"shape: expected {tuple(ref.shape)}, got {tuple(out.shape)}"
     assert out.dtype == x.dtype, f"dtype: expected {x.dtype}, got {out.dtype}"
     if out.numel() == 0:
         return
-    gate = torch.matmul(x.double(), w_gate.double())
-    up = torch.matmul(x.double(), w_up.double())
     e_gate, e_up = error_bound(x, w_gate), error_bound(x, w_up)
-    silu = torch.nn.functional.silu(gate)
     bound = 2 * (_SILU_LIPSCHITZ * e_gate * (up.abs() + e_up) + silu.abs() * e_up
                  + (UNIT_ROUNDOFF[out.dtype] + 4 * UNIT_ROUNDOFF[torch.float32]) * ref.abs()) + 1e-30  # fmt: skip
     _assert_within(out, ref, bound)

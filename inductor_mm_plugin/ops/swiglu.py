@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .matmul import _PT2, _check_same, _fmt_shape, mm, mm_launch
+from .matmul import _PT2, _check_same, _fmt_shape, _needs_grad, mm, mm_launch
 
 OP = "inductor_mm_plugin.mm_swiglu"
 
@@ -115,7 +115,7 @@ class _MmSwigluFunction(torch.autograd.Function):
 
 
 def _mm_swiglu_autograd(x, w_gate, w_up):
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w_gate, w_up)):
+    if _needs_grad(x, w_gate, w_up):
         return _MmSwigluFunction.apply(x, w_gate, w_up)
     with torch._C._AutoDispatchBelowAutograd():
         return _MM_SWIGLU(x, w_gate, w_up)
