@@ -68,11 +68,18 @@ VARIANTS = {
     "128x128x64w8s4-sub": (MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, flatten=True), 1, False),
     "128x128x64w4s4": (MatmulConfig("tma", 128, 128, 64, 8, 4, 4, flatten=True), 1, False),
     "128x128x64w4s3-x2": (MatmulConfig("tma", 128, 128, 64, 8, 4, 3, flatten=True), 2, False),
+    # Two programs per SM with shallower pipelines (2 x 64 KiB of stages) and 4 or 8 warps:
+    # at K <= 2048 a GELU epilogue is a larger share of each tile's time than at K = 4096.
+    "128x128x64w4s2-x2": (MatmulConfig("tma", 128, 128, 64, 8, 4, 2, flatten=True), 2, False),
+    "128x128x64w8s2-x2": (MatmulConfig("tma", 128, 128, 64, 8, 8, 2, flatten=True), 2, False),
+    "128x128x64w4s3-unflat-x2": (MatmulConfig("tma", 128, 128, 64, 8, 4, 3), 2, False),
+    "128x64x64w4s4-x2": (MatmulConfig("tma", 128, 64, 64, 8, 4, 4, flatten=True), 2, False),
     "128x256x64w8s3-tmastore": (MatmulConfig("tma", 128, 256, 64, 8, 8, 3, flatten=True), 1, True),
     "128x64x64w4s4": (MatmulConfig("tma", 128, 64, 64, 8, 4, 4, flatten=True), 1, False),
     "ptr-64x128x64w4s4": (MatmulConfig("ptr", 64, 128, 64, 8, 4, 4), 1, False),
     "ptr-128x128x64w8s4": (MatmulConfig("ptr", 128, 128, 64, 8, 8, 4), 1, False),
     "ptr-128x64x64w4s4": (MatmulConfig("ptr", 128, 64, 64, 8, 4, 4), 1, False),
+    "ptr-128x128x64w4s3": (MatmulConfig("ptr", 128, 128, 64, 8, 4, 3), 1, False),  # 96 KiB: two per SM
 }
 
 
