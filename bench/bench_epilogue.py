@@ -68,8 +68,8 @@ class Residual(nn.Module):
         return x + self.lin(x)
 
 
-def suite(quick=False):
-    for m in TOKENS[-1:] if quick else TOKENS:
+def suite(quick=False, tokens=TOKENS):
+    for m in TOKENS[-1:] if quick else tokens:
         for d, f in (WIDTHS[0], WIDTHS[-1]) if quick else WIDTHS:
             yield "Linear+GELU", m, d, f, d, lambda d=d, f=f: LinearAct(d, f, F.gelu)
             yield "Linear+SiLU", m, d, f, d, lambda d=d, f=f: LinearAct(d, f, F.silu)
@@ -134,6 +134,8 @@ def main(argv=None):
     p.add_argument("--max-autotune", action="store_true", help="also time stock max-autotune")
     p.add_argument("--no-block", action="store_true", help="skip the transformer block")
     p.add_argument("--quick", action="store_true", help="M=8192 and (hidden, ffn) in {(4096, 14336), (1024, 4096)} only")
+    p.add_argument("--tokens", nargs="*", type=int, default=list(TOKENS), choices=TOKENS,
+                   help="the suite's token counts M to run (both by default)")
     p.add_argument("--rounds", type=int, default=3,
                    help="time the arms this many times, order reversed each round (_timing.py)")
     p.add_argument("--out", default="bench/results")
@@ -146,10 +148,10 @@ def main(argv=None):
     meta = {
         "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "triton": triton.__version__, "plugin": inductor_mm_plugin.__version__, "commit": args.commit,
-        "rounds": args.rounds, "sm_clock_start": sm_clock(),
+        "rounds": args.rounds, "tokens": args.tokens, "sm_clock_start": sm_clock(),
     }  # fmt: skip
     rows = []
-    for name, m, d, f, k, make in suite(args.quick):
+    for name, m, d, f, k, make in suite(args.quick, args.tokens):
         torch.manual_seed(0)
         model = init_(make())
         x = torch.randn(m, d, device="cuda", dtype=DT)
@@ -196,7 +198,8 @@ def write(args, meta, rows, block) -> str:
         md.append(f"| {r['block']} | {r.get('M', 16384)} | {r.get('hidden', 4096)} | {r.get('ffn', 14336)} | "
                   f"{r['stock_ms']:.3f} | {r['plugin_ms']:.3f} | {r['speedup']:.3f} | {spread(r.get('speedup_rounds'), '.3f')} | "
                   f"{mat} |")  # fmt: skip
-    md += ["", f"Suite geomean vs stock default: {summary['geomean_vs_stock']:.3f}; "
+    part = "" if sorted(meta.get("tokens", TOKENS)) == list(TOKENS) else f" (M = {', '.join(map(str, meta['tokens']))} only)"
+    md += ["", f"Suite{part} geomean vs stock default: {summary['geomean_vs_stock']:.3f}; "
                f"smallest speedup with K ≤ 2048: {summary['min_k_le_2048_vs_stock']:.3f}"
                + (f"; geomean vs stock max-autotune: {summary['geomean_vs_max_autotune']:.3f}" if args.max_autotune else "")]  # fmt: skip
     text = "\n".join(md) + "\n"
