@@ -68,9 +68,9 @@ class Residual(nn.Module):
         return x + self.lin(x)
 
 
-def suite(quick=False, tokens=TOKENS):
+def suite(quick=False, tokens=TOKENS, widths=WIDTHS):
     for m in TOKENS[-1:] if quick else tokens:
-        for d, f in (WIDTHS[0], WIDTHS[-1]) if quick else WIDTHS:
+        for d, f in (WIDTHS[0], WIDTHS[-1]) if quick else widths:
             yield "Linear+GELU", m, d, f, d, lambda d=d, f=f: LinearAct(d, f, F.gelu)
             yield "Linear+SiLU", m, d, f, d, lambda d=d, f=f: LinearAct(d, f, F.silu)
             yield "SwiGLU MLP", m, d, f, d, lambda d=d, f=f: SwiGLU(d, f)
@@ -136,6 +136,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="M=8192 and (hidden, ffn) in {(4096, 14336), (1024, 4096)} only")
     p.add_argument("--tokens", nargs="*", type=int, default=list(TOKENS), choices=TOKENS,
                    help="the suite's token counts M to run (both by default)")
+    p.add_argument("--widths", nargs="*", default=[f"{d}x{f}" for d, f in WIDTHS],
+                   choices=[f"{d}x{f}" for d, f in WIDTHS], help="the suite's (hidden x ffn) pairs to run (all by default)")
     p.add_argument("--rounds", type=int, default=3,
                    help="time the arms this many times, order reversed each round (_timing.py)")
     p.add_argument("--out", default="bench/results")
@@ -148,10 +150,10 @@ def main(argv=None):
     meta = {
         "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "triton": triton.__version__, "plugin": inductor_mm_plugin.__version__, "commit": args.commit,
-        "rounds": args.rounds, "tokens": args.tokens, "sm_clock_start": sm_clock(),
+        "rounds": args.rounds, "tokens": args.tokens, "widths": args.widths, "sm_clock_start": sm_clock(),
     }  # fmt: skip
     rows = []
-    for name, m, d, f, k, make in suite(args.quick, args.tokens):
+    for name, m, d, f, k, make in suite(args.quick, args.tokens, [tuple(map(int, w.split('x'))) for w in args.widths]):
         torch.manual_seed(0)
         model = init_(make())
         x = torch.randn(m, d, device="cuda", dtype=DT)
@@ -199,6 +201,8 @@ def write(args, meta, rows, block) -> str:
                   f"{r['stock_ms']:.3f} | {r['plugin_ms']:.3f} | {r['speedup']:.3f} | {spread(r.get('speedup_rounds'), '.3f')} | "
                   f"{mat} |")  # fmt: skip
     part = "" if sorted(meta.get("tokens", TOKENS)) == list(TOKENS) else f" (M = {', '.join(map(str, meta['tokens']))} only)"
+    if len(meta.get("widths", WIDTHS)) < len(WIDTHS):
+        part += f" (hidden x ffn = {', '.join(meta['widths'])} only)"
     md += ["", f"Suite{part} geomean vs stock default: {summary['geomean_vs_stock']:.3f}; "
                f"smallest speedup with K ≤ 2048: {summary['min_k_le_2048_vs_stock']:.3f}"
                + (f"; geomean vs stock max-autotune: {summary['geomean_vs_max_autotune']:.3f}" if args.max_autotune else "")]  # fmt: skip
