@@ -16,8 +16,11 @@ inputs:
   upcast inputs, or for one graph the captured graph itself on upcast inputs;
 * speed — median time per call with its spread, per graph and arm, from device events
   after warm-up (optionally under CUDA graphs); per routed site, the plugin kernel against
-  the aten kernel on fresh operands of the same shapes, dtype and layout. On the CPU the
-  kernels run in Triton's interpreter: times are reported and marked not meaningful.
+  the aten kernel on fresh operands of the same shapes, dtype and layout. The two matmuls of
+  a fused SwiGLU product run as one kernel, so their rows time that pair instead:
+  ``silu(x @ w_gate) * (x @ w_up)`` compiled alone on the sites' shapes, by the plugin
+  (the fused kernel) and by stock Inductor (two matmuls and a pointwise kernel). On the
+  CPU the kernels run in Triton's interpreter: times are reported and marked not meaningful.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from . import __version__
 from .inductor import compat
@@ -110,6 +114,9 @@ class SiteResult:
     compete: str | None = None  # routed, but Inductor's autotuner may have kept aten (routing.competition)
     fused: str | None = None  # "swiglu": one of the two matmuls of an inductor_mm_plugin::mm_swiglu
     aten_ms: float | None = None
+    # What plugin_ms and aten_ms time: "kernel", the site's matmul (plugin kernel against aten),
+    # or "swiglu pair", the fused pair the site belongs to (_time_swiglu_pair); None: not timed.
+    timed: str | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -174,8 +181,7 @@ class Report:
                              " ".join("x".join(map(str, x)) for x in s.shapes),
                              f"{s.plugin_ms:.4f}", f"{s.aten_ms:.4f}", _x(s.speedup)))  # fmt: skip
             lines += ["", "routed sites, kernel against aten on the same shapes:", _table(rows)]
-            if any(s.fused for s in timed):
-                lines += ["", f"note: {_FUSED_NOTE}"]
+            lines += [line for note in _notes(timed) for line in ("", f"note: {note}")]
         if not self.timing_meaningful:
             lines += ["", f"note: {self.timing_note}"]
         return "\n".join(lines)
@@ -203,8 +209,7 @@ class Report:
             out.append(f"| {s.graph} | {s.phase} | {s.module or '&lt;root&gt;'} | {s.op} | {shapes} | {s.dtype} | "
                        f"{_routed(s)} | {s.reason} | {_f(s.plugin_ms)} | {_f(s.aten_ms)} | "
                        f"{_x(s.speedup)} |")  # fmt: skip
-        if any(s.fused and s.speedup is not None for s in self.sites):
-            out += ["", f"_{_FUSED_NOTE}_"]
+        out += [line for note in _notes(self.sites) for line in ("", f"_{note}_")]
         if not self.timing_meaningful:
             out += ["", f"_{self.timing_note}_"]
         return "\n".join(out) + "\n"
@@ -268,10 +273,21 @@ class Report:
         plt.close(fig)
 
 
-# A fused site's own row times what the site would run alone; what runs is one kernel for the pair.
-_FUSED_NOTE = ("\"yes, SwiGLU\" sites: their times are the plugin's plain matmul kernel on each site's shapes; "
-               "in the compiled graph the pair runs as one fused kernel (inductor_mm_plugin::mm_swiglu), "
-               "timed only as part of the graph")
+# What a fused site's times measure: the pair it runs as (normally), or, where that pair did
+# not fuse when compiled alone, what the site would run by itself.
+_PAIR_NOTE = ("\"yes, SwiGLU\" sites: each row times the pair it belongs to, silu(x @ w_gate) * (x @ w_up) "
+              "compiled alone on its shapes: the plugin's fused kernel (inductor_mm_plugin::mm_swiglu) against "
+              "stock Inductor's two matmuls and its pointwise kernel; both rows of a pair show the same times")
+_FUSED_NOTE = ("\"yes, SwiGLU\" sites marked *: their times are the plugin's plain matmul kernel on each site's "
+               "shapes (the pair did not fuse when compiled alone); in the compiled graph the pair runs as one "
+               "fused kernel (inductor_mm_plugin::mm_swiglu), timed only as part of the graph")
+
+
+def _notes(sites) -> list[str]:
+    """The notes a report's timed fused sites need."""
+    timed = [s for s in sites if s.fused and s.speedup is not None]
+    return ([_PAIR_NOTE] if any(s.timed == "swiglu pair" for s in timed) else []) + (
+        [_FUSED_NOTE] if any(s.timed != "swiglu pair" for s in timed) else [])
 
 
 def _routed(s: SiteResult) -> str:
@@ -281,7 +297,8 @@ def _routed(s: SiteResult) -> str:
     if not s.routed:
         return "no"
     if s.fused == "swiglu":
-        return "yes, SwiGLU" + (", competes" if s.compete else "")
+        star = "*" if s.timed == "kernel" else ""
+        return "yes, SwiGLU" + star + (", competes" if s.compete else "")
     return "yes, competes" if s.compete else "yes"
 
 
@@ -411,6 +428,53 @@ def _time_site(site: SiteResult, device: str, warmup: int, reps: int, cudagraphs
     plugin(*operands)  # compile and choose the config outside the timed region
     site.plugin_ms = _time(lambda: plugin(*operands), device, warmup, reps, cudagraphs).median_ms
     site.aten_ms = _time(lambda: aten(*operands), device, warmup, reps, cudagraphs).median_ms
+    site.timed = "kernel"
+
+
+class _SwiGLUPair(nn.Module):
+    def forward(self, x, w_gate, w_up):
+        return F.silu(torch.mm(x, w_gate)) * torch.mm(x, w_up)
+
+
+def _time_swiglu_pair(site: SiteResult, options: dict, device: str, warmup: int, reps: int,
+                      cudagraphs: bool) -> tuple[float, float] | None:  # fmt: skip
+    """(plugin ms, stock ms) of the SwiGLU pair a fused site belongs to: ``_SwiGLUPair`` on
+    fresh operands of the site's shapes, dtype and layout (both weights alike, as the fusion
+    requires), compiled by Inductor with the plugin's routing (every matmul selected, the
+    model's other options) and by stock Inductor. None where the pair does not fuse when
+    compiled alone (the caller times the site's own kernel then)."""
+    if not all(isinstance(d, int) for shape in site.shapes for d in shape):
+        return None
+    x, w_gate = _site_operands(site, device)
+    (w_up,) = _site_operands(dataclasses.replace(site, shapes=site.shapes[1:], strides=site.strides[1:]), device)
+    inputs = [x, w_gate, w_up]
+    inductor_only = {k: v for k, v in options.items() if k not in PLUGIN_KEYS}
+    with torch.no_grad(), compat.fresh_inductor_cache(), record_sites() as records:
+        graph = torch.fx.symbolic_trace(_SwiGLUPair())
+        plugin = compat.compile_fx(copy.deepcopy(graph), inputs, config_patches=config_patches({**options, "select": "all"}))
+        if not any(r.fused == "swiglu" for r in records):
+            return None
+        stock = compat.compile_fx(graph, inputs, config_patches=dict(inductor_only))
+        return (_time(lambda: plugin(*inputs), device, warmup, reps, cudagraphs).median_ms,
+                _time(lambda: stock(*inputs), device, warmup, reps, cudagraphs).median_ms)  # fmt: skip
+
+
+def _time_sites(sites: list[SiteResult], options: dict, device: str, warmup: int, reps: int, cudagraphs: bool):
+    """Time every routed site: its kernel against aten's, or for a fused SwiGLU site its pair
+    (once per distinct shape, dtype and layout)."""
+    pairs: dict = {}
+    for s in sites:
+        if not s.routed:
+            continue
+        if s.fused == "swiglu":
+            key = (s.dtype, repr(s.shapes), repr(s.strides))
+            if key not in pairs:
+                pairs[key] = _time_swiglu_pair(s, options, device, warmup, reps, cudagraphs)
+            if pairs[key] is not None:
+                s.plugin_ms, s.aten_ms = pairs[key]
+                s.timed = "swiglu pair"
+                continue
+        _time_site(s, device, warmup, reps, cudagraphs)
 
 
 # ------------------------------------------------------------------------ compare
@@ -526,9 +590,7 @@ def compare(
     sites = [_site_result(r) for r in records]
     if timing:
         progress(f"timing {sum(s.routed for s in sites)} routed sites against aten")
-        for s in sites:
-            if s.routed:
-                _time_site(s, device, warmup, reps, cudagraphs)
+        _time_sites(sites, options, device, warmup, reps, cudagraphs)
 
     meaningful = device.startswith("cuda")
     note = "" if meaningful else (

@@ -232,14 +232,70 @@ def test_competing_sites_are_marked_in_the_tables():
 
 
 def test_fused_sites_say_what_their_times_measure(mlp_report):
-    """A SwiGLU site's row times the plain kernel on its shapes, not the fused kernel: said
-    under both tables when such a row is timed, and not otherwise."""
+    """A SwiGLU site's row times the fused pair it belongs to; where that pair did not fuse
+    alone, the plain kernel on its shapes, starred. Each case is said under both tables when
+    such a row is timed, and neither otherwise."""
     site = dataclasses.replace(mlp_report.sites[0], routed=True, fused="swiglu", plugin_ms=1.0, aten_ms=1.0)
-    fused = dataclasses.replace(mlp_report, sites=[site])
-    note = "their times are the plugin's plain matmul kernel"
-    assert note in fused.to_markdown() and note in str(fused)
-    unfused = dataclasses.replace(fused, sites=[dataclasses.replace(site, fused=None)])
-    assert note not in unfused.to_markdown() and note not in str(unfused)
+    pair_note, kernel_note = "each row times the pair it belongs to", "their times are the plugin's plain matmul kernel"
+    for timed, present, absent in (("swiglu pair", pair_note, kernel_note), ("kernel", kernel_note, pair_note)):
+        fused = dataclasses.replace(mlp_report, sites=[dataclasses.replace(site, timed=timed)])
+        assert present in fused.to_markdown() and present in str(fused), timed
+        assert absent not in fused.to_markdown() and absent not in str(fused), timed
+        assert ("yes, SwiGLU*" in fused.site_table()) == (timed == "kernel")
+    unfused = dataclasses.replace(mlp_report, sites=[dataclasses.replace(site, fused=None, timed="kernel")])
+    assert pair_note not in str(unfused) and kernel_note not in str(unfused)
+
+
+class SwiGLUMLP(nn.Module):
+    def __init__(self, d=32, f=48):
+        super().__init__()
+        self.gate, self.up, self.down = (nn.Linear(*io, bias=False, device=DEVICE) for io in ((d, f), (d, f), (f, d)))
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+def swiglu_report(**kwargs):
+    torch.manual_seed(0)
+    with torch.no_grad():
+        return compare(SwiGLUMLP(), (torch.randn(24, 32, device=DEVICE),),
+                       options={"select": "all", "fuse_swiglu": True, "compete": False}, **kwargs)  # fmt: skip
+
+
+def test_fused_swiglu_sites_time_their_pair():
+    """gate and up run as one fused kernel: both rows carry the times of that pair compiled
+    alone (plugin against stock), the same numbers; down is timed as its own kernel."""
+    r = swiglu_report()
+    assert r.ok
+    by_module = {s.module: s for s in r.sites}
+    gate, up, down = by_module["gate"], by_module["up"], by_module["down"]
+    assert gate.fused == up.fused == "swiglu" and down.fused is None
+    assert gate.timed == up.timed == "swiglu pair" and down.timed == "kernel"
+    assert gate.plugin_ms > 0 and gate.aten_ms > 0
+    assert (gate.plugin_ms, gate.aten_ms) == (up.plugin_ms, up.aten_ms)
+    assert "each row times the pair it belongs to" in str(r) and "yes, SwiGLU*" not in str(r)
+
+
+def test_a_pair_that_does_not_fuse_alone_times_each_kernel(monkeypatch):
+    """Where compiling the pair alone does not fuse it, each site times its own kernel and
+    its row says so (starred, with the note)."""
+    monkeypatch.setattr("inductor_mm_plugin.compare._time_swiglu_pair", lambda *a, **k: None)
+    r = swiglu_report()
+    gate = next(s for s in r.sites if s.module == "gate")
+    assert gate.timed == "kernel" and gate.plugin_ms > 0 and gate.aten_ms > 0
+    assert "yes, SwiGLU*" in str(r) and "their times are the plugin's plain matmul kernel" in str(r)
+
+
+def test_swiglu_pair_is_timed_only_when_it_fuses():
+    """_time_swiglu_pair reads the routing records of its own compile: with fusion off the
+    pair compiles as two matmuls, and it returns None."""
+    from inductor_mm_plugin.compare import SiteResult, _time_swiglu_pair
+
+    site = SiteResult(graph=0, module="gate", op="mm", phase="forward", shapes=[[8, 16], [16, 24]],
+                      dtype="float32", strides=[[16, 1], [1, 16]], routed=True, reason="", fused="swiglu")  # fmt: skip
+    assert _time_swiglu_pair(site, {"fuse_swiglu": False}, DEVICE, 1, 2, False) is None
+    times = _time_swiglu_pair(site, {"fuse_swiglu": True}, DEVICE, 1, 2, False)
+    assert times is not None and all(t > 0 for t in times)
 
 
 @pytest.fixture
