@@ -34,6 +34,7 @@ import math
 import statistics
 import sys
 import time
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -469,7 +470,13 @@ def _time_sites(sites: list[SiteResult], options: dict, device: str, warmup: int
         if s.fused == "swiglu":
             key = (s.dtype, repr(s.shapes), repr(s.strides))
             if key not in pairs:
-                pairs[key] = _time_swiglu_pair(s, options, device, warmup, reps, cudagraphs)
+                try:
+                    pairs[key] = _time_swiglu_pair(s, options, device, warmup, reps, cudagraphs)
+                except Exception as e:  # noqa: BLE001  (a side measurement: the report goes on, and says so)
+                    warnings.warn(f"inductor_mm_plugin.compare: timing the SwiGLU pair of {s.module or '<root>'} "
+                                  f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}) failed; "
+                                  "its rows time the plain kernel instead", stacklevel=2)  # fmt: skip
+                    pairs[key] = None
             if pairs[key] is not None:
                 s.plugin_ms, s.aten_ms = pairs[key]
                 s.timed = "swiglu pair"

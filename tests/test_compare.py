@@ -286,6 +286,17 @@ def test_a_pair_that_does_not_fuse_alone_times_each_kernel(monkeypatch):
     assert "yes, SwiGLU*" in str(r) and "their times are the plugin's plain matmul kernel" in str(r)
 
 
+def test_a_pair_that_fails_to_time_warns_and_times_each_kernel(monkeypatch):
+    def broken(self, x, w_gate, w_up):
+        raise RuntimeError("no pair today")
+
+    monkeypatch.setattr("inductor_mm_plugin.compare._SwiGLUPair.forward", broken)
+    with pytest.warns(UserWarning, match="timing the SwiGLU pair of gate .RuntimeError: no pair today"):
+        r = swiglu_report()
+    assert {s.module: s.timed for s in r.sites} == {"gate": "kernel", "up": "kernel", "down": "kernel"}
+    assert "yes, SwiGLU*" in str(r)
+
+
 def test_swiglu_pair_is_timed_only_when_it_fuses():
     """_time_swiglu_pair reads the routing records of its own compile: with fusion off the
     pair compiles as two matmuls, and it returns None."""
