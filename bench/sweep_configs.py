@@ -28,8 +28,8 @@ from inductor_mm_plugin.kernels.configs import MatmulConfig, fits
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def T(bm, bn, bk, g, w, s, split=1, sub=False, flat=False, ws=False):
-    return MatmulConfig("tma", bm, bn, bk, g, w, s, split, sub, flat, ws)
+def T(bm, bn, bk, g, w, s, split=1, sub=False, flat=False, ws=False, per_sm=1):
+    return MatmulConfig("tma", bm, bn, bk, g, w, s, split, sub, flat, ws, per_sm)
 
 
 def P(bm, bn, bk, g, w, s):
@@ -129,6 +129,22 @@ GROUPS = {
             T(64, 128, 64, 8, 4, 4),
             T(128, 64, 32, 8, 4, 6),
             T(128, 128, 64, 8, 8, 4, sub=True),
+        ],
+    ),
+    # Less than a wave of 128 x 64 tiles (768^3: 72 of them on 132 SMs): smaller tiles, two or
+    # three programs per SM, so that one program's load latency hides behind another's MMAs.
+    "odd_per_sm": dict(
+        shapes=[(1000, 1000, 1000), (768, 768, 768), (1024, 1024, 1024)], dtype="bf16", layouts=["row", "linear"],
+        graph=False,
+        configs=[
+            T(128, 64, 64, 8, 4, 4, flat=True),
+            T(64, 64, 64, 8, 4, 4, per_sm=2),
+            T(64, 64, 64, 8, 4, 4, per_sm=3),
+            T(64, 64, 64, 8, 4, 3, per_sm=4),
+            T(64, 128, 64, 8, 4, 4, per_sm=2),
+            T(128, 64, 64, 8, 4, 3, per_sm=2),
+            T(64, 64, 128, 8, 4, 3, per_sm=2),
+            T(128, 128, 64, 8, 8, 3, sub=True, per_sm=2),
         ],
     ),
     # Odd strides: no divisor, so every load is one element (no cp.async); more warps to issue them?

@@ -191,6 +191,8 @@ if HAS_CUDA:
         MatmulConfig("tma", 64, 128, 64, 4, 4, 3, split_k=3),
         MatmulConfig("tma", 16, 64, 128, 1, 4, 4, split_k=2),
         MatmulConfig("tma", 64, 64, 32, 8, 4, 3, split_k=4, epilogue_subtile=True),
+        MatmulConfig("tma", 64, 64, 64, 8, 4, 4, programs_per_sm=2),
+        MatmulConfig("tma", 64, 128, 64, 4, 4, 3, split_k=3, programs_per_sm=3),
     ]
 else:
     TMA_CONFIGS = [
@@ -198,6 +200,10 @@ else:
         dataclasses.replace(INTERPRETER_TMA, epilogue_subtile=False, flatten=True),
         dataclasses.replace(INTERPRETER_TMA, split_k=3),
         dataclasses.replace(INTERPRETER_TMA, split_k=4, epilogue_subtile=False, group_m=1),
+        # NUM_SMS x 2 and x 3 programs: fewer tiles per program, split-K slices of one tile
+        # spread differently over programs.
+        dataclasses.replace(INTERPRETER_TMA, programs_per_sm=2),
+        dataclasses.replace(INTERPRETER_TMA, split_k=3, epilogue_subtile=False, programs_per_sm=3),
     ]
 TMA_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -607,6 +613,22 @@ def test_config_json_round_trip_and_validation():
         MatmulConfig.from_json({**cfg.to_json(), "blockn": 96})
     with pytest.raises(ValueError, match="'tma' kernel only"):
         MatmulConfig("ptr", 64, 64, 32, split_k=2).validate()
+    with pytest.raises(ValueError, match="'tma' kernel only"):
+        MatmulConfig("ptr", 64, 64, 32, programs_per_sm=2).validate()
+    with pytest.raises(ValueError, match="programs_per_sm must be at least 1"):
+        MatmulConfig("tma", 64, 64, 32, programs_per_sm=0).validate()
+    three = MatmulConfig("tma", 64, 64, 64, programs_per_sm=3)
+    assert MatmulConfig.from_json(three.to_json()) == three and three.short().endswith(" x3")
+    old = {k: v for k, v in cfg.to_json().items() if k != "programs_per_sm"}  # a cache entry from before the field
+    assert MatmulConfig.from_json(old) == cfg
+
+
+def test_programs_per_sm_multiplies_the_persistent_grid():
+    a, b = randn(64, 32, dtype=torch.float16), randn(32, 64, dtype=torch.float16)
+    cfg = dataclasses.replace(INTERPRETER_TMA, block_m=16, block_n=16, programs_per_sm=2)
+    plan = impl._launch(a, b, torch.empty(64, 64, dtype=torch.float16, device=DEVICE), config=cfg)
+    sms = impl._num_sms(a.device)
+    assert plan.grid == (min(2 * sms, 16),) and plan.consts[14] == 2 * sms
 
 
 # -------------------------------------------------------------------------- GPU only

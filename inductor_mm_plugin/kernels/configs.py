@@ -47,6 +47,9 @@ class MatmulConfig:
     epilogue_subtile: bool = False  # tma only: store the tile as two BLOCK_N / 2 halves
     flatten: bool = False  # tma only: tl.range(flatten=True) over tiles and K steps
     warp_specialize: bool = False  # tma only: tl.range(warp_specialize=True)
+    # tma only: persistent programs per SM (NUM_SMS = SMs x this); above 1, small tiles of a
+    # problem that fills less than a wave run side by side on one SM.
+    programs_per_sm: int = 1
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -64,12 +67,16 @@ class MatmulConfig:
     def validate(self) -> None:
         if self.kernel not in ("tma", "ptr"):
             raise ValueError(f"MatmulConfig.kernel must be 'tma' or 'ptr', got {self.kernel!r}")
+        if self.programs_per_sm < 1:
+            raise ValueError(f"MatmulConfig.programs_per_sm must be at least 1, got {self.programs_per_sm}")
         for name in ("block_m", "block_n", "block_k", "group_m", "num_warps", "split_k"):
             v = getattr(self, name)
             if v < 1 or v & (v - 1):
                 raise ValueError(f"MatmulConfig.{name} must be a power of two, got {v}")
-        if self.kernel == "ptr" and (self.split_k != 1 or self.epilogue_subtile or self.flatten or self.warp_specialize):
-            raise ValueError("split_k, epilogue_subtile, flatten and warp_specialize apply to the 'tma' kernel only")
+        if self.kernel == "ptr" and (self.split_k != 1 or self.epilogue_subtile or self.flatten or self.warp_specialize
+                                     or self.programs_per_sm != 1):
+            raise ValueError("split_k, epilogue_subtile, flatten, warp_specialize and programs_per_sm apply to the "
+                             "'tma' kernel only")
 
     def short(self) -> str:
         s = f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages}"
@@ -83,6 +90,8 @@ class MatmulConfig:
             s += " flat"
         if self.warp_specialize:
             s += " ws"
+        if self.programs_per_sm != 1:
+            s += f" x{self.programs_per_sm}"
         return s
 
 

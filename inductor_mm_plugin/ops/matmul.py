@@ -357,14 +357,15 @@ class _Plan:
             # TF32 wgmma reads only K-major operands from shared memory; an N-major B goes
             # through registers instead, as the first operand (see the kernel).
             swap_ab = tf32 and a_kmajor and not b_kmajor
-            self.grid = (max(1, min(p.num_sms, self.num_tiles * cfg.split_k)),)
+            programs = p.num_sms * cfg.programs_per_sm
+            self.grid = (max(1, min(programs, self.num_tiles * cfg.split_k)),)
             # A stacked batch's TMA store would spill a partial tile into the next matrix.
             c_tma = self.c_tma = c_tma and (p.batch == 1 or p.M % cfg.block_m == 0)
             self.consts = (
                 a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["BIAS_MODE"], flags["SCALE_ACC"],
                 flags["INPUT_PRECISION"], swap_ab, flags["INTERPRETER_BF16"],
                 cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.split_k,
-                p.num_sms, cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize,
+                programs, cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize,
             )  # fmt: skip
         else:
             self.grid = (self.num_tiles,)
