@@ -53,6 +53,8 @@ Known gaps: ``WARP_SPECIALIZE`` exists as a config option and, on the H200 with 
 does warp-specialize the loop (8 warps, ``FLATTEN`` off; 4 warps fail in the
 NVGPUWarpSpecialization pass), but interleaved timing put it within 3% of the flattened
 loop (bench/results/2026-11-29-NVIDIA_H200-ab-configs.json), so no heuristic config sets it;
+``programs_per_sm`` (NUM_SMS = SMs x programs per SM) likewise: smaller tiles two to four per
+SM were no faster at 768-1024 cubed (bench/results/*-sweep-odd-per-sm.json);
 fp32 with an N-major B, through registers, reaches 0.80-0.95 of cuBLAS with the loop
 unflattened (flattened: 0.54-0.67; configs._heuristic_tma_fp32).
 """
