@@ -402,8 +402,8 @@ def _kwargs(cfg: MatmulConfig) -> dict:
 
 
 def _tma_kwargs(cfg: MatmulConfig, a_kmajor: bool, b_kmajor: bool, num_sms: int, has_bias: bool = False) -> dict:
-    return {**_kwargs(cfg), "NUM_SMS": num_sms * cfg.programs_per_sm, "FLATTEN": cfg.flatten, "A_KMAJOR": a_kmajor, "B_KMAJOR": b_kmajor,
-            "EPILOGUE_SUBTILE": cfg.epilogue_subtile, "HAS_BIAS": has_bias}  # fmt: skip
+    return {**_kwargs(cfg), "NUM_SMS": num_sms * cfg.programs_per_sm, "FLATTEN": cfg.flatten, "A_KMAJOR": a_kmajor,
+            "B_KMAJOR": b_kmajor, "EPILOGUE_SUBTILE": cfg.epilogue_subtile, "HAS_BIAS": has_bias}  # fmt: skip
 
 
 def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, beta=1, compete=False) -> None:
