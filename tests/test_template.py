@@ -1,5 +1,6 @@
 """The plugin's Inductor template: epilogues fuse into it (GPU), the extern path elsewhere (CPU)."""
 
+import dataclasses
 import inspect
 import logging
 import re
@@ -17,6 +18,7 @@ from torch.testing import FileCheck
 from inductor_mm_plugin.inductor import template
 from inductor_mm_plugin.inductor.routing import record_sites
 from inductor_mm_plugin.kernels import configs
+from inductor_mm_plugin.kernels.configs import MatmulConfig
 from inductor_mm_plugin.kernels.matmul import _matmul_kernel, _tile_coords
 from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile
 from inductor_mm_plugin.ops.matmul import _Plan
@@ -134,6 +136,13 @@ def test_wide_tiles_two_waves_long_k_or_decode_sized_m_keep_the_tma_template(m, 
 
 def test_tma_template_leaves_fp32_to_the_pointer_template():
     assert template.tma_configs(4096, 4096, 4096, torch.float32, True, True, 132) == []
+
+
+def test_tma_template_runs_as_many_programs_as_the_eager_kernel():
+    """NUM_SMS of the template is the eager kernel's: SMs x programs_per_sm."""
+    cfg = MatmulConfig("tma", 64, 64, 64, programs_per_sm=2)
+    assert template._tma_kwargs(cfg, True, False, 132)["NUM_SMS"] == 264
+    assert template._tma_kwargs(dataclasses.replace(cfg, programs_per_sm=1), True, False, 132)["NUM_SMS"] == 132
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 14336, 4096), (128, 4096, 4096), (8192, 14336, 4096), (1000, 1000, 1000)])
