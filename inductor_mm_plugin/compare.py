@@ -181,7 +181,7 @@ class Report:
                 rows.append((str(s.graph), s.phase, s.module or "<root>", s.op,
                              " ".join("x".join(map(str, x)) for x in s.shapes),
                              f"{s.plugin_ms:.4f}", f"{s.aten_ms:.4f}", _x(s.speedup)))  # fmt: skip
-            lines += ["", "routed sites, kernel against aten on the same shapes:", _table(rows)]
+            lines += ["", "routed sites, plugin against aten on the same shapes:", _table(rows)]
             lines += [line for note in _notes(timed) for line in ("", f"note: {note}")]
         if not self.timing_meaningful:
             lines += ["", f"note: {self.timing_note}"]
@@ -260,7 +260,7 @@ class Report:
         for ax, labels, values, title in (
             (axes[0], [f"graph {g.index}" for g in self.graphs], [g.speedup or 0 for g in self.graphs], "per graph"),
             (axes[1], [f"{s.graph}:{s.phase[0]}:{s.module or 'root'}:{s.op}" for s in sites],
-             [s.speedup for s in sites], "per routed site (kernel vs aten)"),
+             [s.speedup for s in sites], "per routed site (plugin vs aten)"),
         ):  # fmt: skip
             ax.bar(range(len(values)), values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
             ax.axhline(1.0, color="black", linewidth=0.8)
