@@ -306,6 +306,12 @@ def _on_cuda(node: torch.fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and val.device.type == "cuda"
 
 
+def _copy_meta(src: torch.fx.Node, dst: torch.fx.Node) -> None:
+    for key in COPIED_META:
+        if key in src.meta:
+            dst.meta[key] = src.meta[key]
+
+
 def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, compete: str | None, epilogue: bool) -> None:
     op = PLUGIN_OPS[site.op]
     if site.op == "addmm":
@@ -316,9 +322,7 @@ def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, compete: st
         args, kwargs = tuple(node.args[:2]), {}
     with graph.inserting_before(node):
         new = graph.call_function(op, args, kwargs)
-    for key in COPIED_META:
-        if key in node.meta:
-            new.meta[key] = node.meta[key]
+    _copy_meta(node, new)
     new.meta[META_KEY] = {"compete": compete, "site": str(site), "epilogue": epilogue}
     node.replace_all_uses_with(new)
     graph.erase_node(node)
@@ -466,9 +470,7 @@ def _fuse_swiglu(graph, gate, up, product, site: Site, compete: str | None) -> N
         if tuple(product.meta["val"].shape) != tuple(gate.meta["val"].shape):
             out = graph.call_function(_aten.reshape.default, (fused, list(product.meta["val"].shape)))
             out.meta["val"] = product.meta["val"]
-    for key in COPIED_META:
-        if key in gate.meta:
-            fused.meta[key] = gate.meta[key]
+    _copy_meta(gate, fused)
     fused.meta[META_KEY] = {"compete": compete, "site": str(site), "epilogue": True}
     product.replace_all_uses_with(out)
     # Erase the product, then whatever only fed it, users before producers.
