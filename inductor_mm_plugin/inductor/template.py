@@ -251,16 +251,12 @@ def swiglu_template_applies(x, w_gate, w_up, layout) -> bool:
         return False
     if not all(_static(t) for t in (x, w_gate, w_up)) or not compat.can_use_tma(x, w_gate, w_up):
         return False
-    known = compat.V.graph.sizevars.statically_known_equals
-    return known(w_gate.get_stride()[0], 1) == known(w_up.get_stride()[0], 1)
+    return _known_equal(w_gate.get_stride()[0], 1) == _known_equal(w_up.get_stride()[0], 1)
 
 
 def append_swiglu_choices(choices: list, x, w_gate, w_up, layout, *, compete=False) -> None:
     """Append the SwiGLU template's choices (``swiglu_template_applies`` must hold)."""
-    known = compat.V.graph.sizevars.statically_known_equals
-    a_kmajor = known(x.get_stride()[1], 1)
-    b_kmajor = known(w_gate.get_stride()[0], 1)
-    num_sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
+    a_kmajor, b_kmajor, num_sms = _tma_operands(x, w_gate, layout)
     for cfg in SWIGLU_COMPETE_CONFIGS if compete else [SWIGLU_CONFIG]:
         if swiglu_smem_bytes(cfg, layout.dtype.itemsize) <= _TEMPLATE_SMEM_BUDGET:
             plugin_swiglu_template().maybe_append_choice(
@@ -329,6 +325,17 @@ def _scale_epilogue(dtype, alpha):
         return compat.V.ops.mul(acc, compat.V.ops.constant(alpha, dtype))
 
     return epilogue
+
+
+def _known_equal(x, value) -> bool:
+    return compat.V.graph.sizevars.statically_known_equals(x, value)
+
+
+def _tma_operands(a, b, layout) -> tuple[bool, bool, int]:
+    """(A K-major, B K-major, the device's SM count): what the TMA templates' kwargs read
+    off IR operands (``_tma_kwargs``)."""
+    num_sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
+    return _known_equal(a.get_stride()[1], 1), _known_equal(b.get_stride()[0], 1), num_sms
 
 
 def _static(node) -> bool:
@@ -431,14 +438,12 @@ def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, 
     # built for one shape's strides must not be reused for another's), 16-byte alignment.
     tma = []
     if _static(a) and _static(b) and compat.can_use_tma(a, b):
-        known = compat.V.graph.sizevars.statically_known_equals
-        a_kmajor = known(a.get_stride()[1], 1)
-        b_kmajor = known(b.get_stride()[0], 1)
-        num_sms = torch.cuda.get_device_properties(layout.device).multi_processor_count
+        a_kmajor, b_kmajor, num_sms = _tma_operands(a, b, layout)
         tma = tma_configs(*hints, dtype, a_kmajor, b_kmajor, num_sms, compete=compete)
         # nn.Linear's bias (broadcast along M, alpha = beta = 1) goes into the kernel; the
         # inputs keep the extern choice's order (bias, a, b), which autotuning feeds to all.
-        has_bias = bias is not None and alpha == 1 and beta == 1 and _static(bias) and known(bias.get_stride()[0], 0)
+        has_bias = (bias is not None and alpha == 1 and beta == 1 and _static(bias)
+                    and _known_equal(bias.get_stride()[0], 0))
         for cfg in tma:
             plugin_tma_template().maybe_append_choice(
                 choices, input_nodes=nodes, layout=layout, **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms, has_bias),
