@@ -369,7 +369,8 @@ _ONE_WAVE_MAX_K = 4096
 def one_tile_per_program(cfg: MatmulConfig, m: int, n: int, k: int, num_sms: int) -> bool:
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     small_tiles = cfg.block_m * cfg.block_n <= 128 * 128
-    return m > configs.SKINNY_MAX_M and k <= _ONE_WAVE_MAX_K and small_tiles and tiles <= num_sms
+    programs = num_sms * cfg.programs_per_sm  # the persistent grid, as _tma_kwargs sets NUM_SMS
+    return m > configs.SKINNY_MAX_M and k <= _ONE_WAVE_MAX_K and small_tiles and tiles <= programs
 
 
 def tma_configs(m: int, n: int, k: int, dtype: torch.dtype, a_kmajor: bool, b_kmajor: bool, num_sms: int,
