@@ -4,6 +4,7 @@ import re
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from conftest import DEVICE
 from torch._inductor.utils import fresh_cache as fresh_inductor_cache
 from torch._inductor.utils import run_and_get_code
@@ -77,6 +78,23 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.down(torch.relu(self.up(x)))
+
+
+class SwiGLU(nn.Module):
+    """``down(silu(gate(x)) * up(x))``, bias-free. ``form`` writes the SiLU product as the
+    routing pass must recognise it: "silu" (F.silu), "sigmoid" (g * sigmoid(g)), "up_first"
+    (up(x) * silu(g))."""
+
+    def __init__(self, d=32, f=48, dtype=torch.float32, form="silu"):
+        super().__init__()
+        kw = dict(bias=False, device=DEVICE, dtype=dtype)
+        self.gate, self.up, self.down = nn.Linear(d, f, **kw), nn.Linear(d, f, **kw), nn.Linear(f, d, **kw)
+        self.form = form
+
+    def forward(self, x):
+        g = self.gate(x)
+        act = g * torch.sigmoid(g) if self.form == "sigmoid" else F.silu(g)
+        return self.down(act * self.up(x)) if self.form != "up_first" else self.down(self.up(x) * F.silu(g))
 
 
 class Attention(nn.Module):

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import DEVICE
-from integration_utils import MLP
+from integration_utils import MLP, SwiGLU
 
 import inductor_mm_plugin
 from inductor_mm_plugin import cli
@@ -246,19 +246,10 @@ def test_fused_sites_say_what_their_times_measure(mlp_report):
     assert pair_note not in str(unfused) and kernel_note not in str(unfused)
 
 
-class SwiGLUMLP(nn.Module):
-    def __init__(self, d=32, f=48):
-        super().__init__()
-        self.gate, self.up, self.down = (nn.Linear(*io, bias=False, device=DEVICE) for io in ((d, f), (d, f), (f, d)))
-
-    def forward(self, x):
-        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
-
-
 def swiglu_report(**kwargs):
     torch.manual_seed(0)
     with torch.no_grad():
-        return compare(SwiGLUMLP(), (torch.randn(24, 32, device=DEVICE),),
+        return compare(SwiGLU(), (torch.randn(24, 32, device=DEVICE),),
                        options={"select": "all", "fuse_swiglu": True, "compete": False}, **kwargs)  # fmt: skip
 
 

@@ -10,11 +10,10 @@ import logging
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from cases import operand, randn
 from conftest import DEVICE
-from integration_utils import TEMPLATE_MARKER, fresh_inductor_cache, kernels_of
+from integration_utils import TEMPLATE_MARKER, SwiGLU, fresh_inductor_cache, kernels_of
 from torch._inductor.utils import run_and_get_code
 from torch.testing import FileCheck
 
@@ -111,19 +110,6 @@ def test_swiglu_template_is_the_tma_template_with_a_second_weight():
 
 
 # ---------------------------------------------------------------------------- routing
-
-
-class SwiGLU(nn.Module):
-    def __init__(self, d=32, f=48, dtype=torch.float32, form="silu"):
-        super().__init__()
-        kw = dict(bias=False, device=DEVICE, dtype=dtype)
-        self.gate, self.up, self.down = nn.Linear(d, f, **kw), nn.Linear(d, f, **kw), nn.Linear(f, d, **kw)
-        self.form = form
-
-    def forward(self, x):
-        g = self.gate(x)
-        act = g * torch.sigmoid(g) if self.form == "sigmoid" else F.silu(g)
-        return self.down(act * self.up(x)) if self.form != "up_first" else self.down(self.up(x) * F.silu(g))
 
 
 def compile_swiglu(module, x, **options):

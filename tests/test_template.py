@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from conftest import DEVICE
 from integration_utils import TEMPLATE_MARKER as MARKER
-from integration_utils import fresh_inductor_cache, kernels_of
+from integration_utils import SwiGLU, fresh_inductor_cache, kernels_of
 from torch._inductor.utils import run_and_get_code
 from torch.testing import FileCheck
 
@@ -169,16 +169,6 @@ def test_cpu_epilogue_site_uses_the_extern_kernel():
 D, F_ = 512, 1024
 
 
-class SwiGLU(nn.Module):
-    def __init__(self):
-        super().__init__()
-        kw = dict(bias=False, device=DEVICE, dtype=torch.bfloat16)
-        self.gate, self.up, self.down = nn.Linear(D, F_, **kw), nn.Linear(D, F_, **kw), nn.Linear(F_, D, **kw)
-
-    def forward(self, x):
-        return self.down(F.silu(self.gate(x)) * self.up(x))
-
-
 def _linear(bias=True):
     return nn.Linear(D, F_, bias=bias, device=DEVICE, dtype=torch.bfloat16)
 
@@ -217,7 +207,7 @@ def test_gpu_swiglu_product_stays_out_of_the_template():
     both run the extern plugin kernel and the product runs in Inductor's own pointwise
     kernel (fused into one of the two templates, it lost on the H200; see
     routing._feeds_pointwise)."""
-    module = SwiGLU()
+    module = SwiGLU(D, F_, torch.bfloat16)
     x = torch.randn(2048, D, device=DEVICE, dtype=torch.bfloat16)
     with torch.no_grad():
         # compete=False: the plugin's kernels whatever the autotuner would time (see below);
@@ -238,7 +228,7 @@ def test_gpu_sites_with_nothing_to_fuse_compete_by_default(caplog):
     """Under the default compete="auto" SwiGLU's three matmuls (nothing fuses into them)
     each run the plugin's kernel or aten's, whichever Inductor's autotuner timed faster
     (fuse_swiglu=False: by default gate and up become one fused site, test_swiglu.py)."""
-    module = SwiGLU()
+    module = SwiGLU(D, F_, torch.bfloat16)
     x = torch.randn(2048, D, device=DEVICE, dtype=torch.bfloat16)
     with torch.no_grad(), caplog.at_level(logging.INFO, logger="inductor_mm_plugin.routing"):
         out, codes, records = compile_code(module, x, options={"fuse_swiglu": False})
@@ -296,7 +286,7 @@ def test_gpu_template_and_eager_kernel_agree_bitwise(m, n, k, a_t, with_bias):
 
 @pytest.mark.gpu
 def test_gpu_training_with_routed_sites():
-    module = SwiGLU()
+    module = SwiGLU(D, F_, torch.bfloat16)
     x = torch.randn(1024, D, device=DEVICE, dtype=torch.bfloat16)
     torch._dynamo.reset()
     compiled = torch.compile(module, backend="inductor_mm_plugin")
