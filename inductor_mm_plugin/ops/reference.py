@@ -30,8 +30,9 @@ def matmul_reference(a, b, bias=None, *, beta=1, alpha=1) -> torch.Tensor:
     return out
 
 
-def error_bound(a, b, bias=None, *, beta=1, alpha=1, out_dtype=None, tf32=False) -> torch.Tensor:
-    """Per-element bound on |kernel - reference| for these operands."""
+def error_bound(a, b, bias=None, *, beta=1, alpha=1, out_dtype=None, tf32=False, reference=None) -> torch.Tensor:
+    """Per-element bound on |kernel - reference| for these operands (``reference``: their
+    ``matmul_reference``, when the caller has it already)."""
     out_dtype = out_dtype or a.dtype
     K = a.shape[-1]
     magnitude = abs(alpha) * torch.matmul(a.double().abs(), b.double().abs())
@@ -39,18 +40,25 @@ def error_bound(a, b, bias=None, *, beta=1, alpha=1, out_dtype=None, tf32=False)
         magnitude = magnitude + abs(beta) * bias.double().abs()
     per_product = 2 * TF32_UNIT_ROUNDOFF if tf32 else 0.0
     accumulate = (K + 2) * UNIT_ROUNDOFF[torch.float32] + per_product
-    reference = matmul_reference(a, b, bias, beta=beta, alpha=alpha)
+    if reference is None:
+        reference = matmul_reference(a, b, bias, beta=beta, alpha=alpha)
     return 2 * (accumulate * magnitude + UNIT_ROUNDOFF[out_dtype] * reference.abs()) + 1e-30
 
 
 def assert_matmul_close(out, a, b, bias=None, *, beta=1, alpha=1, tf32=False) -> None:
     """Fail with the worst element when ``out`` is outside the bound (NaN always fails)."""
     ref = matmul_reference(a, b, bias, beta=beta, alpha=alpha)
-    assert out.shape == ref.shape, f"shape: expected {tuple(ref.shape)}, got {tuple(out.shape)}"
-    assert out.dtype == a.dtype, f"dtype: expected {a.dtype}, got {out.dtype}"
-    if out.numel() == 0:
+    if _empty_or_checked(out, ref, a.dtype):
         return
-    _assert_within(out, ref, error_bound(a, b, bias, beta=beta, alpha=alpha, out_dtype=out.dtype, tf32=tf32))
+    _assert_within(out, ref, error_bound(a, b, bias, beta=beta, alpha=alpha, out_dtype=out.dtype, tf32=tf32,
+                                         reference=ref))  # fmt: skip
+
+
+def _empty_or_checked(out, ref, dtype) -> bool:
+    """Assert ``out``'s shape and dtype; True when it is empty (nothing else to compare)."""
+    assert out.shape == ref.shape, f"shape: expected {tuple(ref.shape)}, got {tuple(out.shape)}"
+    assert out.dtype == dtype, f"dtype: expected {dtype}, got {out.dtype}"
+    return out.numel() == 0
 
 
 def _assert_within(out, ref, bound) -> None:
@@ -88,11 +96,9 @@ def assert_mm_swiglu_close(out, x, w_gate, w_up) -> None:
     gate, up = _swiglu_matmuls(x, w_gate, w_up)
     silu = torch.nn.functional.silu(gate)
     ref = silu * up
-    assert out.shape == ref.shape, f"shape: expected {tuple(ref.shape)}, got {tuple(out.shape)}"
-    assert out.dtype == x.dtype, f"dtype: expected {x.dtype}, got {out.dtype}"
-    if out.numel() == 0:
+    if _empty_or_checked(out, ref, x.dtype):
         return
-    e_gate, e_up = error_bound(x, w_gate), error_bound(x, w_up)
+    e_gate, e_up = error_bound(x, w_gate, reference=gate), error_bound(x, w_up, reference=up)
     bound = 2 * (_SILU_LIPSCHITZ * e_gate * (up.abs() + e_up) + silu.abs() * e_up
                  + (UNIT_ROUNDOFF[out.dtype] + 4 * UNIT_ROUNDOFF[torch.float32]) * ref.abs()) + 1e-30  # fmt: skip
     _assert_within(out, ref, bound)
