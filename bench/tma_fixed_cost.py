@@ -116,6 +116,7 @@ SHAPES = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="JSON file for the rows")
+    ap.add_argument("--shapes", nargs="+", help="MxNxK shapes (default: all of SHAPES)")
     args = ap.parse_args()
     triton.set_allocator(_alloc)
     torch.manual_seed(0)
@@ -126,7 +127,8 @@ def main():
     x = torch.empty(1, device="cuda")
     print(f"empty Triton kernel, 132 programs: {cg_us(lambda: _empty_kernel[(132,)](x)):.2f} us", flush=True)
     rows = []
-    for M, N, K in SHAPES:
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes] if args.shapes else SHAPES
+    for M, N, K in shapes:
         for layout in ("linear", "row"):
             a = torch.randn(M, K, device="cuda", dtype=dtype)
             b_storage = torch.randn(N, K, device="cuda", dtype=dtype) if layout == "linear" else \
@@ -154,7 +156,14 @@ def main():
                     row["plugin, reused split-K counters"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
                 finally:
                     impl._split_k_locks = orig
-            pcfg = dataclasses.replace(cfg, split_k=1) if cfg.kernel == "tma" else cfg
+            pcfg = dataclasses.replace(cfg, split_k=1, flatten=False) if cfg.kernel == "tma" else cfg
+            if pcfg.kernel == "tma":
+                # The plugin's kernel with the probe's config: what the kernel's extra
+                # generality (grouped order, batch and split-K arithmetic, epilogue) costs.
+                out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+                impl._launch(a, b, out, config=pcfg)
+                assert (out.double() - ref).norm() / ref.norm() < 1e-2
+                row["plugin kernel, probe config"] = cg_us(lambda: impl._launch(a, b, out, config=pcfg))
             for host in (False, True):
                 for persistent in (False, True):
                     c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
