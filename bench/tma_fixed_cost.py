@@ -97,10 +97,19 @@ def probe_fn(a, b_storage, b_kmajor, c, cfg, host, persistent):
         args = (a, b_storage, c)
 
     def run():
-        _probe_kernel[grid](*args, M, N, K, host, persistent, b_kmajor, bm, bn, bk, sms,
-                            num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
+        return _probe_kernel[grid](*args, M, N, K, host, persistent, b_kmajor, bm, bn, bk, sms,
+                                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
 
     return run
+
+
+def _dump(directory, name, compiled):
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    for ext in ("ttgir", "ptx"):
+        with open(os.path.join(directory, f"{name}.{ext}"), "w") as f:
+            f.write(compiled.asm[ext])
 
 
 def cg_us(fn):
@@ -117,6 +126,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="JSON file for the rows")
     ap.add_argument("--shapes", nargs="+", help="MxNxK shapes (default: all of SHAPES)")
+    ap.add_argument("--tile", help="BMxBNxBK for the probe and the plugin kernel beside it (default: the heuristic's)")
+    ap.add_argument("--stages", type=int, help="num_stages for the probe and the plugin kernel beside it")
+    ap.add_argument("--dump", help="directory for both kernels' TTGIR and PTX (host-descriptor persistent probe)")
     args = ap.parse_args()
     triton.set_allocator(_alloc)
     torch.manual_seed(0)
@@ -157,11 +169,19 @@ def main():
                 finally:
                     impl._split_k_locks = orig
             pcfg = dataclasses.replace(cfg, split_k=1, flatten=False) if cfg.kernel == "tma" else cfg
+            if args.tile:
+                bm, bn, bk = map(int, args.tile.split("x"))
+                pcfg = dataclasses.replace(pcfg, block_m=bm, block_n=bn, block_k=bk)
+            if args.stages:
+                pcfg = dataclasses.replace(pcfg, num_stages=args.stages)
+            row["probe config"] = pcfg.short()
             if pcfg.kernel == "tma":
                 # The plugin's kernel with the probe's config: what the kernel's extra
                 # generality (grouped order, batch and split-K arithmetic, epilogue) costs.
                 out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-                impl._launch(a, b, out, config=pcfg)
+                plan = impl._launch(a, b, out, config=pcfg)
+                if args.dump:
+                    _dump(args.dump, f"{M}x{N}x{K}-{layout}-plugin", plan.compiled)
                 assert (out.double() - ref).norm() / ref.norm() < 1e-2
                 row["plugin kernel, probe config"] = cg_us(lambda: impl._launch(a, b, out, config=pcfg))
             for host in (False, True):
@@ -170,7 +190,9 @@ def main():
                     name = f"probe {'host' if host else 'device'} desc, {'persistent' if persistent else 'grid=tiles'}"
                     try:
                         fn = probe_fn(a, b_storage, layout == "linear", c, pcfg, host, persistent)
-                        fn()
+                        compiled = fn()
+                        if args.dump and host and persistent:
+                            _dump(args.dump, f"{M}x{N}x{K}-{layout}-probe", compiled)
                         torch.cuda.synchronize()
                         err = ((c.double() - ref).norm() / ref.norm()).item()
                         if not err < 1e-2:
@@ -181,8 +203,8 @@ def main():
                         row[name] = f"error: {type(e).__name__}: {str(e)[:200]}"
             rows.append(row)
             cells = "  ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()
-                              if k not in ("shape", "layout", "config"))  # fmt: skip
-            print(f"{M}x{N}x{K} {layout:6s} [{row['config']}] us: {cells}", flush=True)
+                              if k not in ("shape", "layout", "config", "probe config"))  # fmt: skip
+            print(f"{M}x{N}x{K} {layout:6s} [{row['config']}; probes {row['probe config']}] us: {cells}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"gpu": props.name, "torch": torch.__version__, "triton": triton.__version__, "rows": rows}, f,
