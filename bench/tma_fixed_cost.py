@@ -184,6 +184,15 @@ def main():
                     _dump(args.dump, f"{M}x{N}x{K}-{layout}-plugin", plan.compiled)
                 assert (out.double() - ref).norm() / ref.norm() < 1e-2
                 row["plugin kernel, probe config"] = cg_us(lambda: impl._launch(a, b, out, config=pcfg))
+                # The same kernel through Triton's own launcher (descriptors encoded per call):
+                # tells the kernel's cost from the direct launch path's.
+                kargs = plan.args(a, b, out, None, 1.0, 1.0)
+
+                def jit_launch():
+                    plan.kernel[plan.grid](*kargs, num_warps=pcfg.num_warps, num_stages=pcfg.num_stages)
+
+                row["plugin kernel, probe config, Triton launch"] = cg_us(jit_launch)
+                row["probe config, again"] = cg_us(lambda: impl._launch(a, b, out, config=pcfg))
             for host in (False, True):
                 for persistent in (False, True):
                     c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
