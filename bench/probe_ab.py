@@ -11,13 +11,57 @@ import argparse
 import sys
 
 import torch
+import triton
+import triton.language as tl
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import tma_fixed_cost as probe  # noqa: E402
 
 import inductor_mm_plugin  # noqa: E402,F401
 from inductor_mm_plugin.kernels.configs import MatmulConfig  # noqa: E402
+from inductor_mm_plugin.kernels.matmul import _tile_coords  # noqa: E402
 from inductor_mm_plugin.ops import matmul as impl  # noqa: E402
+
+
+@triton.jit
+def _probe_variant(
+    a_desc, b_desc, c_desc, M, N, K,
+    DIVIDE: tl.constexpr, RECOMPUTE: tl.constexpr, B_KMAJOR: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NUM_SMS: tl.constexpr,
+):  # fmt: skip
+    # The probe with one of the plugin kernel's differences at a time: DIVIDE, the plugin's
+    # grouped tile order (runtime divisions, GROUP_M = 1); RECOMPUTE, the epilogue's tile
+    # recomputed from its own counter after the K loop (as the plugin does).
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    tiles = num_m * num_n
+    work_c = tl.program_id(0) - NUM_SMS
+    for tile in tl.range(tl.program_id(0), tiles, NUM_SMS):
+        if DIVIDE:
+            pid_m, pid_n = _tile_coords(tile, num_m, num_n, 1)
+        else:
+            pid_m = tile % num_m
+            pid_n = tile // num_m
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            x = a_desc.load([off_m, k])
+            if B_KMAJOR:
+                y = b_desc.load([off_n, k]).T
+            else:
+                y = b_desc.load([k, off_n])
+            acc = tl.dot(x, y, acc)
+        if RECOMPUTE:
+            work_c += NUM_SMS
+            if DIVIDE:
+                pid_m, pid_n = _tile_coords(work_c, num_m, num_n, 1)
+            else:
+                pid_m = work_c % num_m
+                pid_n = work_c // num_m
+            off_m = pid_m * BM
+            off_n = pid_n * BN
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
 def main():
@@ -56,6 +100,25 @@ def main():
             "plugin kernel": lambda: impl._launch(a, b, out, config=cfg),
             "probe": run_probe,
         }
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        lin = layout == "linear"
+        descs = (TensorDescriptor(a, [M, K], [K, 1], [bm, bk]),
+                 TensorDescriptor(bs, [N, K] if lin else [K, N], [K, 1] if lin else [N, 1], [bn, bk] if lin else [bk, bn]),
+                 TensorDescriptor(c, [M, N], [N, 1], [bm, bn]))  # fmt: skip
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        grid = (min(sms, triton.cdiv(M, bm) * triton.cdiv(N, bn)),)
+        for divide, recompute in ((False, False), (True, False), (False, True), (True, True)):
+
+            def variant(divide=divide, recompute=recompute):
+                _probe_variant[grid](*descs, M, N, K, divide, recompute, lin, bm, bn, bk, sms,
+                                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
+
+            c.fill_(float("nan"))
+            variant()
+            torch.cuda.synchronize()
+            assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+            fns[f"variant{' divide' * divide}{' recompute' * recompute}"] = variant
         times = {k: [] for k in fns}
         for r in range(args.rounds):
             order = list(fns) if r % 2 == 0 else list(fns)[::-1]
