@@ -8,6 +8,7 @@ they were timed in?
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import torch
@@ -88,7 +89,12 @@ def main():
         ref = torch.mm(a.double(), b.double())
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
         c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        impl._launch(a, b, out, config=cfg)
+        flat = dataclasses.replace(cfg, flatten=True)
+        for c_ in (cfg, flat):
+            out.fill_(float("nan"))
+            impl._launch(a, b, out, config=c_)
+            torch.cuda.synchronize()
+            assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2, c_.short()
         run_probe = probe.probe_fn(a, bs, layout == "linear", c, cfg, True, True)
         run_probe()
         torch.cuda.synchronize()
@@ -98,6 +104,7 @@ def main():
         fns = {
             "torch.mm": lambda: torch.mm(a, b),
             "plugin kernel": lambda: impl._launch(a, b, out, config=cfg),
+            "plugin kernel, flattened": lambda: impl._launch(a, b, out, config=flat),
             "probe": run_probe,
         }
         from triton.tools.tensor_descriptor import TensorDescriptor

@@ -41,7 +41,7 @@ import torch
 
 from ..kernels import configs
 from ..kernels.configs import MatmulConfig
-from ..kernels.matmul import _tile_coords
+from ..kernels.matmul import _tile_coords_int as _tile_coords
 from ..ops.matmul import input_precision  # TF32 exactly when torch allows it, as in eager
 from . import compat
 

@@ -64,7 +64,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .matmul import _tile_coords  # the grouped tile order, shared with the pointer kernel
+from .matmul import _divmod, _tile_coords  # the grouped tile order, shared with the pointer kernel
 
 
 @triton.jit
@@ -75,6 +75,17 @@ def _via_registers(x):
     # every K step and waits for each wgmma (pendings = 0): 0.2x cuBLAS on the H200 for
     # fp32 with a row-major B, against 0.85x with a K-major one.
     return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _work_coords(tile, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M: tl.constexpr):
+    """(matrix, row tile, column tile) of a work item's output tile."""
+    if isinstance(BATCH, tl.tensor):
+        bid, tile = _divmod(tile, num_tiles)
+    else:  # BATCH == 1: Triton makes an argument equal to 1 a constant
+        bid = tile * 0  # a tensor, as the batched branch's (the epilogue casts it)
+    pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+    return bid, pid_m, pid_n
 
 
 @triton.jit
@@ -137,15 +148,14 @@ def _matmul_kernel_tma(
     num_tiles = num_pid_m * num_pid_n  # per matrix
     num_work = num_tiles * BATCH * SPLIT_K
     k_tiles = tl.cdiv(k_per_split, BLOCK_K)
-    # The epilogue recomputes its tile from its own counter rather than carrying the
-    # prologue's values across the flattened loop (as tutorial 09 does).
+    # With FLATTEN the epilogue recomputes its tile from its own counter rather than carrying
+    # the prologue's values across the flattened loop (as tutorial 09 does).
     work_c = start - NUM_SMS
 
     for work in tl.range(start, num_work, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         tile = work // SPLIT_K
         k_start = (work % SPLIT_K) * k_per_split
-        bid = tile // num_tiles
-        pid_m, pid_n = _tile_coords(tile % num_tiles, num_pid_m, num_pid_n, GROUP_M)
+        bid, pid_m, pid_n = _work_coords(tile, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         if SWAP_AB:
@@ -175,12 +185,18 @@ def _matmul_kernel_tma(
         if SWAP_AB:
             acc = tl.trans(acc)
 
-        work_c += NUM_SMS
-        tile_c = work_c // SPLIT_K
-        bid_c = tile_c // num_tiles
-        pid_m, pid_n = _tile_coords(tile_c % num_tiles, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
+        if FLATTEN:
+            work_c += NUM_SMS
+            tile_c = work_c // SPLIT_K
+            bid_c, pid_m, pid_n = _work_coords(tile_c, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M)
+            off_m = pid_m * BLOCK_M
+            off_n = pid_n * BLOCK_N
+        else:
+            # The prologue's values are still live here; recomputing them cost 16x4096x4096
+            # 1.4 us of 8.7 on the H200 (bench/probe_ab.py).
+            work_c = work
+            tile_c = tile
+            bid_c = bid
         c_row0 = bid_c * M  # this matrix's first row in the stacked output descriptor
         c_mat = c_ptr + bid_c.to(tl.int64) * stride_cb
 
