@@ -13,6 +13,8 @@ import os
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from cases import DTYPES, bias_of, operand, randn
 from conftest import DEVICE, HAS_CUDA
 
@@ -27,6 +29,7 @@ from inductor_mm_plugin.kernels.configs import (
     k_per_split,
     smem_bytes,
 )
+from inductor_mm_plugin.kernels.matmul import _divmod, _tile_coords, _tile_coords_int
 from inductor_mm_plugin.ops import matmul as impl
 from inductor_mm_plugin.ops.reference import assert_matmul_close
 
@@ -293,6 +296,63 @@ def test_k_per_split_slices_never_overlap():
     for K, bk, split in itertools.product((1, 15, 16, 17, 136, 1000, 4096), (16, 64, 256), (1, 2, 3, 4, 8)):
         step = k_per_split(K, bk, split)
         assert step % bk == 0 and step * split >= K
+
+
+# ------------------------------------------------------------------------ tile order
+
+
+@triton.jit
+def _divmod_probe(n_ptr, d_ptr, q_ptr, r_ptr, COUNT: tl.constexpr):
+    for i in range(COUNT):
+        q, r = _divmod(tl.load(n_ptr + i), tl.load(d_ptr + i))
+        tl.store(q_ptr + i, q)
+        tl.store(r_ptr + i, r)
+
+
+def test_divmod_is_exact_without_integer_division():
+    """The kernels' fp32-based n // d and n % d against Python's, over the range it promises
+    (0 <= n < 2**30, d >= 1): small divisors (largest estimate error), powers of two and their
+    neighbours, the top of the range, random pairs. Every one must be exact."""
+    ns, ds = [], []
+    for d in (1, 2, 3, 5, 7, 31, 32, 33, 127, 255, 1000, 4095, 65537, (1 << 20) + 3, (1 << 29) + 11):
+        for n in (0, 1, d - 1, d, d + 1, 5 * d + 3, (1 << 24) + 1, (1 << 30) - 1, (1 << 30) - d, (1 << 29) + 7):
+            if 0 <= n < 1 << 30:
+                ns.append(n)
+                ds.append(d)
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ()).item()))
+    ns += torch.randint(0, 1 << 30, (64,), generator=gen).tolist()
+    ds += (torch.randint(0, 30, (64,), generator=gen).exp2().long() + torch.randint(0, 7, (64,), generator=gen)).clamp_min(1).tolist()
+    n = torch.tensor(ns, dtype=torch.int32, device=DEVICE)
+    d = torch.tensor(ds, dtype=torch.int32, device=DEVICE)
+    q = torch.full_like(n, -1)
+    r = torch.full_like(n, -1)
+    _divmod_probe[(1,)](n, d, q, r, len(ns))
+    assert q.tolist() == [a // b for a, b in zip(ns, ds)]
+    assert r.tolist() == [a % b for a, b in zip(ns, ds)]
+
+
+@triton.jit
+def _tile_order_probe(out_ptr, num_pid_m, num_pid_n, GROUP_M: tl.constexpr, COUNT: tl.constexpr):
+    for tile in range(COUNT):
+        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        ref_m, ref_n = _tile_coords_int(tile, num_pid_m, num_pid_n, GROUP_M)
+        tl.store(out_ptr + 4 * tile, pid_m)
+        tl.store(out_ptr + 4 * tile + 1, pid_n)
+        tl.store(out_ptr + 4 * tile + 2, ref_m)
+        tl.store(out_ptr + 4 * tile + 3, ref_n)
+
+
+@pytest.mark.parametrize("num_pid_m,num_pid_n,group_m", [(1, 13, 1), (7, 5, 1), (7, 5, 8), (13, 3, 4), (16, 16, 8)])
+def test_tile_order_matches_the_integer_division_version(num_pid_m, num_pid_n, group_m):
+    """The eager kernels' grouped tile order (_tile_coords, no integer division) is the one
+    the templates inline (_tile_coords_int): same (row, column) tile for every tile index,
+    each output tile exactly once, including a last group shorter than GROUP_M."""
+    count = num_pid_m * num_pid_n
+    out = torch.full((count, 4), -1, dtype=torch.int32, device=DEVICE)
+    _tile_order_probe[(1,)](out, num_pid_m, num_pid_n, group_m, count)
+    got, ref = out[:, :2].tolist(), out[:, 2:].tolist()
+    assert got == ref
+    assert sorted(map(tuple, got)) == [(m, n) for m in range(num_pid_m) for n in range(num_pid_n)]
 
 
 # --------------------------------------------------------------------- launch-plan cache
@@ -768,17 +828,30 @@ def test_tf32_operand_swap_paths(monkeypatch, ta, tb, cfg):
     assert_matmul_close(out, a, b, bias, beta=0.5, alpha=2.0, tf32=True)
 
 
+def test_one_work_item_per_program_is_unflattened():
+    """The heuristic flattens the persistent loop only where a program has a next work item
+    to prefetch: 768^3 (72 tiles of 128 x 64) and decode shapes (one wave) run unflattened,
+    4096^3 (256 tiles of 128 x 256 on 132 SMs) flattened."""
+    bf16 = dict(batch=1, elem_bytes=2, dtype="bfloat16", tma=True)
+    for shape in ((768, 768, 768), (16, 4096, 4096), (1, 14336, 4096), (64, 4096, 14336)):
+        cfg = heuristic_config(Problem(*shape, **bf16))
+        assert cfg.kernel == "tma" and not cfg.flatten, (shape, cfg.short())
+    assert heuristic_config(Problem(4096, 4096, 4096, **bf16)).flatten
+    assert heuristic_config(Problem(768, 768, 768, **bf16, num_sms=16)).flatten  # 72 tiles on 16 SMs
+
+
 @pytest.mark.parametrize("a_kmajor,b_kmajor,tile,flat", [(True, True, 256, True), (True, False, 256, False),
                                                           (False, False, 128, True)])  # fmt: skip
 def test_tf32_heuristic_by_layout(a_kmajor, b_kmajor, tile, flat):
     """A wave of 128 x 256 tiles where measured (both operands K-major; an N-major B, which
-    takes the unflattened loop); 128 x 128 for small problems."""
+    takes the unflattened loop); 128 x 128 for small problems, unflattened there in every
+    layout (64 tiles: one per program)."""
     big = heuristic_config(Problem(4096, 4096, 4096, 1, 4, "float32", tma=True, a_kmajor=a_kmajor,
                                    b_kmajor=b_kmajor, precision="tf32"))  # fmt: skip
     assert (big.block_m, big.block_n, big.block_k, big.flatten) == (128, tile, 32, flat)
     small = heuristic_config(Problem(1000, 1000, 1000, 1, 4, "float32", tma=True, a_kmajor=a_kmajor,
                                      b_kmajor=b_kmajor, precision="tf32"))  # fmt: skip
-    assert (small.block_m, small.block_n, small.flatten) == (128, 128, flat)
+    assert (small.block_m, small.block_n, small.flatten) == (128, 128, False)
     assert all(smem_bytes(c, 4) <= SMEM_LIMIT_BYTES for c in (big, small))
 
 

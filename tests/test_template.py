@@ -19,7 +19,7 @@ from inductor_mm_plugin.inductor import template
 from inductor_mm_plugin.inductor.routing import record_sites
 from inductor_mm_plugin.kernels import configs
 from inductor_mm_plugin.kernels.configs import MatmulConfig
-from inductor_mm_plugin.kernels.matmul import _matmul_kernel, _tile_coords
+from inductor_mm_plugin.kernels.matmul import _matmul_kernel, _tile_coords_int
 from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile
 from inductor_mm_plugin.ops.matmul import _Plan
 
@@ -37,7 +37,7 @@ def compile_code(fn, *args, **compile_kwargs):
 def test_template_mirrors_the_eager_kernel():
     """The template's tile algorithm is the eager kernel's, line for line (drift fails here;
     the GPU test below checks they agree bit for bit)."""
-    kernel = _source(_matmul_kernel) + _source(_tile_coords)
+    kernel = _source(_matmul_kernel) + _source(_tile_coords_int)
     lines = [
         "num_pid_m = tl.cdiv(M, BLOCK_M)",
         "group_size_m = min(num_pid_m - first_m, GROUP_M)",
@@ -61,7 +61,7 @@ def _source(fn):
 
 def test_tma_template_mirrors_the_tma_kernel():
     """The TMA template's loop is the persistent TMA kernel's (split-K and SWAP_AB aside)."""
-    kernel = _source(_matmul_kernel_tma) + _source(_tile_coords) + _source(_store_tile)
+    kernel = _source(_matmul_kernel_tma) + _source(_tile_coords_int) + _source(_store_tile)
     for batch_offset in ("bid * M + ", "bid * N + ", "bid * K + "):  # the template has no batch
         kernel = kernel.replace(batch_offset, "")
     lines = [

@@ -41,7 +41,7 @@ import torch
 
 from ..kernels import configs
 from ..kernels.configs import MatmulConfig
-from ..kernels.matmul import _tile_coords_int as _tile_coords
+from ..kernels.matmul import _tile_coords_int
 from ..ops.matmul import input_precision  # TF32 exactly when torch allows it, as in eager
 from . import compat
 
@@ -51,7 +51,10 @@ TMA_TEMPLATE_NAME = "inductor_mm_plugin_mm_tma"
 # Inductor's template language: def_kernel declares the inputs, size/stride read their
 # (possibly symbolic) sizes and strides, store_output stores the tile and appends any fused
 # epilogue. The rest is the plugin's kernel, line for line, its grouped tile order inlined
-# from the kernels' own _tile_coords (TILE_COORDS below). Both templates open alike:
+# from the kernels' _tile_coords_int (TILE_COORDS below): the same order as the eager
+# kernels' _tile_coords (tests/test_kernel_paths.py checks every tile), written with integer
+# divisions. The eager kernels avoid those (kernels/matmul.py, _divmod); inlining _divmod
+# here as well is not done yet, nor measured. Both templates open alike:
 _PROLOGUE = r"""
 {{DEF_KERNEL}}
     # inductor_mm_plugin template: WHAT
@@ -67,11 +70,11 @@ def _prologue(what: str, def_kernel: str = 'def_kernel("A", "B")') -> str:
 
 
 def _inline_tile_coords(source: str) -> str:
-    """``source`` with each ``TILE_COORDS(var)`` line replaced by the body of the eager
-    kernels' ``_tile_coords`` (kernels/matmul.py) on ``var``: template source cannot call a
-    JIT function, so the grouped tile order is inlined from its one definition. The body's
+    """``source`` with each ``TILE_COORDS(var)`` line replaced by the body of
+    ``_tile_coords_int`` (kernels/matmul.py) on ``var``: template source cannot call a
+    JIT function, so the grouped tile order is inlined from its definition. The body's
     first line (``tiles_per_group``, loop-invariant) is each template's own."""
-    fn = getattr(_tile_coords, "fn", _tile_coords)  # JIT or interpreter wrapper
+    fn = getattr(_tile_coords_int, "fn", _tile_coords_int)  # JIT or interpreter wrapper
     lines = [ln.strip() for ln in inspect.getsource(fn).splitlines()]
     body = lines[lines.index("tiles_per_group = GROUP_M * num_pid_n") + 1:lines.index("return pid_m, pid_n")]
 

@@ -197,13 +197,28 @@ INTERPRETER_TMA = MatmulConfig("tma", 32, 32, 16, group_m=4, num_warps=4, num_st
 
 def heuristic_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
     """A config for this problem, chosen instantly (no benchmarking)."""
-    cfg = _heuristic(p, interpreting)
+    cfg = _one_item_unflattened(p, _heuristic(p, interpreting))
     if batch_fits(p, cfg):
         return cfg
     narrower = dataclasses.replace(cfg, split_k=1, block_k=min(cfg.block_k, 64))
     if batch_fits(p, narrower):
         return narrower
     return INTERPRETER_PTR if interpreting else _heuristic_ptr(p)
+
+
+def work_items(p: Problem, cfg: MatmulConfig) -> int:
+    """The TMA kernel's work items: output tiles times K slices."""
+    return _cdiv(p.M, cfg.block_m) * _cdiv(p.N, cfg.block_n) * p.batch * cfg.split_k
+
+
+def _one_item_unflattened(p: Problem, cfg: MatmulConfig) -> MatmulConfig:
+    """The loop unflattened where every program has at most one work item. Flattening lets a
+    program load its next tile during this one's epilogue; with no next tile it only costs
+    (H200, bench/probe_ab.py under CUDA graphs: 768^3 with 128x64 tiles 4.85 against 4.77 us,
+    16x4096x4096 with 16x32 tiles and a row-major B 10.04 against 9.52 us)."""
+    if cfg.kernel == "tma" and cfg.flatten and work_items(p, cfg) <= p.num_sms * cfg.programs_per_sm:
+        return dataclasses.replace(cfg, flatten=False)
+    return cfg
 
 
 def _heuristic(p: Problem, interpreting: bool) -> MatmulConfig:
@@ -372,7 +387,7 @@ def skinny_candidates(p: Problem) -> list[MatmulConfig]:
 
 def skinny_cost_us(p: Problem, cfg: MatmulConfig) -> float:
     """Estimated time: the busiest SM's share of bytes over its bandwidth, plus per-item costs."""
-    items = _cdiv(p.M, cfg.block_m) * _cdiv(p.N, cfg.block_n) * cfg.split_k * p.batch
+    items = work_items(p, cfg)
     rounds = _cdiv(items, p.num_sms)
     k_slice = min(p.K, k_per_split(p.K, cfg.block_k, cfg.split_k))
     item_bytes = (cfg.block_n + min(cfg.block_m, p.M)) * k_slice * p.elem_bytes

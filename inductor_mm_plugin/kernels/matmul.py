@@ -79,13 +79,14 @@ def _divmod(n, d):
     """(n // d, n % d) for 0 <= n < 2**30 and d >= 1, without an integer division.
 
     ``div.s32`` by a runtime divisor is a long dependent chain in SASS, and the tile
-    coordinates sit on the path to each tile's first load and to its store: on the H200
-    (bench/probe_ab.py) the persistent kernel's grouped tile order cost 16x4096x4096 1.5 us
-    of 8.7. Here the quotient is estimated in fp32 from d's reciprocal (computed once where d
-    is loop-invariant), refined once on the remainder, and corrected to the exact integer
-    result. Error bound: the estimate is within 2**30 / d * 2**-22 <= 256 / d of n / d, so
-    the first remainder is within 257 * d of zero, its own estimate within 1 of exact, and
-    one correction each way makes 0 <= r < d.
+    coordinates sit on the path to each tile's first load and to its store. On the H200,
+    under CUDA graphs (bench/probe_ab.py, bench/results/2026-11-30-*-probe-ab.txt), a probe
+    kernel given the grouped tile order with integer divisions went from 4.70 to 4.96 us at
+    768^3 and from 9.5 to 10.1 us at 16x4096x4096 (row-major B); with this function, 4.78
+    and 9.46. Here the quotient is estimated in fp32 from d's reciprocal, refined once on the
+    remainder, and corrected to the exact integer result. Error bound: the estimate is within
+    2**30 / d * 2**-22 <= 256 / d of n / d, so the first remainder is within 257 * d of zero,
+    its own estimate within 1 of exact, and one correction each way makes 0 <= r < d.
     """
     if isinstance(d, tl.tensor) and isinstance(n, tl.tensor):
         rcp = 1.0 / d.to(tl.float32)
@@ -105,7 +106,7 @@ def _divmod(n, d):
 @triton.jit
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     # Grouped order: GROUP_M row-tiles in a row share the same B column panel in L2.
-    # Without integer divisions (_divmod): two of them cost more than the arithmetic suggests.
+    # Without integer divisions (_divmod).
     if GROUP_M == 1:
         return _divmod(tile, num_pid_n)
     group_id, in_group = _divmod(tile, GROUP_M * num_pid_n)
@@ -117,7 +118,8 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 @triton.jit
 def _tile_coords_int(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    # The same order with integer divisions (bench/probe_ab.py compares the two).
+    # The same order with integer divisions: the Inductor templates inline this body as
+    # source (inductor/template.py); tests/test_kernel_paths.py checks the two agree.
     tiles_per_group = GROUP_M * num_pid_n
     group_id = tile // tiles_per_group
     first_m = group_id * GROUP_M
