@@ -35,8 +35,8 @@ Structure:
   pipeline, so the next tile's loads overlap this tile's epilogue;
 * split-K (``SPLIT_K > 1``): each work item computes one K slice; every slice stores its
   fp32 partial tile in a workspace and bumps the tile's counter; the last slice to arrive
-  adds the others' partials, runs the epilogue and resets the counter to zero for the next
-  launch (so the counters are zeroed once, when allocated, and never again);
+  adds the others' partials, runs the epilogue and resets the counter to zero (the
+  launcher still hands every launch freshly zeroed counters: ops/matmul.py says why);
 * epilogue on the fp32 accumulator: alpha, beta * bias (any broadcast, through strides),
   then a TMA store, split into two BLOCK_N / 2 halves with ``EPILOGUE_SUBTILE`` to halve
   the store buffer; outputs that do not qualify for TMA (``C_TMA`` off) use masked stores.

@@ -298,8 +298,11 @@ def _num_sms(device: torch.device) -> int:
 # launch is what keeps CUDA-graph trees (mode="reduce-overhead") happy: they run their
 # warm-up inside a private memory pool and reject any allocation still alive afterwards that
 # is not a graph output ("Detected 1 tensor(s) in the cudagraph pool not tracked as
-# outputs", torch/_inductor/cudagraph_trees.py), which a cached buffer is. The memset is
-# captured into a graph like the kernel; it costs ~1 us a launch (bench/tma_fixed_cost.py).
+# outputs", torch/_inductor/cudagraph_trees.py), which a cached buffer is; and concurrent
+# launches on two streams (or two graphs replayed on two streams) would share it. The memset
+# is captured into a graph like the kernel; it costs ~1 us a launch (bench/tma_fixed_cost.py).
+# Zeroing with a kernel that the matmul follows as a programmatic dependent saved nothing
+# (bench/results/2026-11-30-*-split-k-counters-pdl.txt).
 
 
 def _split_k_locks(device: torch.device, tiles: int) -> torch.Tensor:
