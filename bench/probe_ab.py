@@ -31,38 +31,30 @@ def _probe_variant(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NUM_SMS: tl.constexpr,
 ):  # fmt: skip
     # The probe with one of the plugin kernel's differences at a time: DIVIDE, the plugin's
-    # grouped tile order (runtime divisions, GROUP_M = 1); RECOMPUTE, the epilogue's tile
-    # recomputed from its own counter after the K loop (as the plugin does).
+    # grouped tile order (kernels/matmul.py _tile_coords, GROUP_M = 1: integer divisions by
+    # runtime values until commit 479f3f2, division-free since); RECOMPUTE, the epilogue's
+    # tile recomputed from its own counter after the K loop (as the flattened kernel does).
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     tiles = num_m * num_n
     work_c = tl.program_id(0) - NUM_SMS
     for tile in tl.range(tl.program_id(0), tiles, NUM_SMS):
-        if DIVIDE:
-            pid_m, pid_n = _tile_coords(tile, num_m, num_n, 1)
-        else:
-            pid_m = tile % num_m
-            pid_n = tile // num_m
-        off_m = pid_m * BM
-        off_n = pid_n * BN
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k in range(0, K, BK):
-            x = a_desc.load([off_m, k])
-            if B_KMAJOR:
-                y = b_desc.load([off_n, k]).T
-            else:
-                y = b_desc.load([k, off_n])
-            acc = tl.dot(x, y, acc)
+        off_m, off_n = _offsets(tile, num_m, num_n, DIVIDE, BM, BN)
+        acc = probe.probe_tile(a_desc, b_desc, off_m, off_n, K, B_KMAJOR, BM, BN, BK)
         if RECOMPUTE:
             work_c += NUM_SMS
-            if DIVIDE:
-                pid_m, pid_n = _tile_coords(work_c, num_m, num_n, 1)
-            else:
-                pid_m = work_c % num_m
-                pid_n = work_c // num_m
-            off_m = pid_m * BM
-            off_n = pid_n * BN
+            off_m, off_n = _offsets(work_c, num_m, num_n, DIVIDE, BM, BN)
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+@triton.jit
+def _offsets(tile, num_m, num_n, DIVIDE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    if DIVIDE:
+        pid_m, pid_n = _tile_coords(tile, num_m, num_n, 1)
+    else:  # the probe's own order
+        pid_m = tile % num_m
+        pid_n = tile // num_m
+    return pid_m * BM, pid_n * BN
 
 
 def main():

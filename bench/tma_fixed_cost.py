@@ -60,15 +60,23 @@ def _probe_kernel(
     for tile in tl.range(tl.program_id(0), tiles, step):
         off_m = (tile % num_m) * BM
         off_n = (tile // num_m) * BN
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k in range(0, K, BK):
-            x = a_desc.load([off_m, k])
-            if B_KMAJOR:
-                y = b_desc.load([off_n, k]).T
-            else:
-                y = b_desc.load([k, off_n])
-            acc = tl.dot(x, y, acc)
+        acc = probe_tile(a_desc, b_desc, off_m, off_n, K, B_KMAJOR, BM, BN, BK)
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+@triton.jit
+def probe_tile(a_desc, b_desc, off_m, off_n, K, B_KMAJOR: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+               BK: tl.constexpr):  # fmt: skip
+    """One output tile's K loop, nothing else (shared with bench/probe_ab.py's variants)."""
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        x = a_desc.load([off_m, k])
+        if B_KMAJOR:
+            y = b_desc.load([off_n, k]).T
+        else:
+            y = b_desc.load([k, off_n])
+        acc = tl.dot(x, y, acc)
+    return acc
 
 
 @triton.jit
