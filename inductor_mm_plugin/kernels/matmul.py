@@ -87,6 +87,8 @@ def _divmod(n, d):
     remainder, and corrected to the exact integer result. Error bound: the estimate is within
     2**30 / d * 2**-22 <= 256 / d of n / d, so the first remainder is within 257 * d of zero,
     its own estimate within 1 of exact, and one correction each way makes 0 <= r < d.
+    The callers' n are program and tile indices: 2**30 of them would be at least 2**38
+    output elements (tiles of 16 x 16 or more), past any GPU's memory.
     """
     if isinstance(d, tl.tensor) and isinstance(n, tl.tensor):
         rcp = 1.0 / d.to(tl.float32)
