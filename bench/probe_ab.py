@@ -15,13 +15,12 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import tma_fixed_cost as probe  # noqa: E402
+import tma_fixed_cost as probe  # bench/, the script's own directory
 
-import inductor_mm_plugin  # noqa: E402,F401
-from inductor_mm_plugin.kernels.configs import MatmulConfig  # noqa: E402
-from inductor_mm_plugin.kernels.matmul import _tile_coords  # noqa: E402
-from inductor_mm_plugin.ops import matmul as impl  # noqa: E402
+import inductor_mm_plugin  # noqa: F401
+from inductor_mm_plugin.kernels.configs import MatmulConfig
+from inductor_mm_plugin.kernels.matmul import _tile_coords
+from inductor_mm_plugin.ops import matmul as impl
 
 
 @triton.jit
@@ -65,8 +64,6 @@ def main():
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=4)
     args = ap.parse_args()
-    import triton
-
     triton.set_allocator(probe._alloc)
     M, N, K = map(int, args.shape.split("x"))
     bm, bn, bk = map(int, args.tile.split("x"))
@@ -79,6 +76,10 @@ def main():
             torch.randn(K, N, device="cuda", dtype=torch.bfloat16)  # fmt: skip
         b = bs.t() if layout == "linear" else bs
         ref = torch.mm(a.double(), b.double())
+
+        def check(t, what):
+            err = ((t.double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-2, f"{what}: relative error {err:.3g}"
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
         c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
         flat = dataclasses.replace(cfg, flatten=True)
@@ -86,37 +87,30 @@ def main():
             out.fill_(float("nan"))
             impl._launch(a, b, out, config=c_)
             torch.cuda.synchronize()
-            assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2, c_.short()
+            check(out, c_.short())
         run_probe = probe.probe_fn(a, bs, layout == "linear", c, cfg, True, True)
         run_probe()
         torch.cuda.synchronize()
-        for name, t in (("plugin", out), ("probe", c)):
-            err = ((t.double() - ref).norm() / ref.norm()).item()
-            assert err < 1e-2, (name, err)
+        check(c, "probe")
         fns = {
             "torch.mm": lambda: torch.mm(a, b),
             "plugin kernel": lambda: impl._launch(a, b, out, config=cfg),
             "plugin kernel, flattened": lambda: impl._launch(a, b, out, config=flat),
             "probe": run_probe,
         }
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
         lin = layout == "linear"
-        descs = (TensorDescriptor(a, [M, K], [K, 1], [bm, bk]),
-                 TensorDescriptor(bs, [N, K] if lin else [K, N], [K, 1] if lin else [N, 1], [bn, bk] if lin else [bk, bn]),
-                 TensorDescriptor(c, [M, N], [N, 1], [bm, bn]))  # fmt: skip
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        grid = (min(sms, triton.cdiv(M, bm) * triton.cdiv(N, bn)),)
+        descs = probe.host_descriptors(a, bs, lin, c, cfg)
+        programs, sms = probe.persistent_grid(M, N, cfg)
         for divide, recompute in ((False, False), (True, False), (False, True), (True, True)):
 
             def variant(divide=divide, recompute=recompute):
-                _probe_variant[grid](*descs, M, N, K, divide, recompute, lin, bm, bn, bk, sms,
+                _probe_variant[(programs,)](*descs, M, N, K, divide, recompute, lin, bm, bn, bk, sms,
                                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
 
             c.fill_(float("nan"))
             variant()
             torch.cuda.synchronize()
-            assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+            check(c, f"variant divide={divide} recompute={recompute}")
             fns[f"variant{' divide' * divide}{' recompute' * recompute}"] = variant
         times = {k: [] for k in fns}
         for r in range(args.rounds):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 import torch
@@ -88,32 +89,39 @@ def _alloc(size, alignment, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
+def host_descriptors(a, b_storage, b_kmajor, c, cfg) -> tuple:
+    """The probe's three host-side descriptors, blocks the size of ``cfg``'s tiles."""
+    (M, K), N = a.shape, c.shape[1]
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    return (
+        TensorDescriptor(a, [M, K], [K, 1], [bm, bk]),
+        TensorDescriptor(b_storage, [N, K] if b_kmajor else [K, N], [K, 1] if b_kmajor else [N, 1],
+                         [bn, bk] if b_kmajor else [bk, bn]),
+        TensorDescriptor(c, [M, N], [N, 1], [bm, bn]),
+    )  # fmt: skip
+
+
+def persistent_grid(M, N, cfg) -> tuple[int, int]:
+    """(programs, SM count): one program per tile, at most one per SM."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return min(sms, triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)), sms
+
+
 def probe_fn(a, b_storage, b_kmajor, c, cfg, host, persistent):
     M, K = a.shape
     N = c.shape[1]
-    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    grid = (min(sms, tiles) if persistent else tiles,)
-    if host:
-        ad = TensorDescriptor(a, [M, K], [K, 1], [bm, bk])
-        bd = TensorDescriptor(b_storage, [N, K] if b_kmajor else [K, N], [K, 1] if b_kmajor else [N, 1],
-                              [bn, bk] if b_kmajor else [bk, bn])  # fmt: skip
-        cd = TensorDescriptor(c, [M, N], [N, 1], [bm, bn])
-        args = (ad, bd, cd)
-    else:
-        args = (a, b_storage, c)
+    programs, sms = persistent_grid(M, N, cfg)
+    grid = (programs if persistent else triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
+    args = host_descriptors(a, b_storage, b_kmajor, c, cfg) if host else (a, b_storage, c)
 
     def run():
-        return _probe_kernel[grid](*args, M, N, K, host, persistent, b_kmajor, bm, bn, bk, sms,
-                                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
+        return _probe_kernel[grid](*args, M, N, K, host, persistent, b_kmajor, cfg.block_m, cfg.block_n,
+                                   cfg.block_k, sms, num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
 
     return run
 
 
 def _dump(directory, name, compiled):
-    import os
-
     os.makedirs(directory, exist_ok=True)
     for ext in ("ttgir", "ptx"):
         with open(os.path.join(directory, f"{name}.{ext}"), "w") as f:
