@@ -161,7 +161,10 @@ TMA_SOURCE = _inline_tile_coords(_prologue("the plugin's persistent TMA kernel (
                 b = b_desc.load([off_k, off_n])
             acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
-        # The epilogue recomputes its tile from its own counter (see the kernel).
+        # The epilogue recomputes its tile from its own counter, flattened or not (the eager
+        # kernel does so only when flattened, and otherwise reuses the prologue's tile; that
+        # change is not measured here). The config's FLATTEN comes from the eager heuristic,
+        # which unflattens where each program has one tile (configs._one_item_unflattened).
         work_c += NUM_SMS
         TILE_COORDS(work_c)
         {%- if HAS_BIAS %}
