@@ -58,16 +58,13 @@ def _skinny_configs(M):
 
 
 def _skinny_unsplit(M):
-    """Unsplit skinny tiles, each with the tile loop flattened and not: the heuristic's sweeps
-    (``skinny``) only timed them flattened, and a probe kernel without flattening ran
-    16x4096x4096 in 8.8 us against the op's 10.8 (bench/tma_fixed_cost.py)."""
-    bm = max(16, 1 << (M - 1).bit_length()) if M > 1 else 16
-    out = []
-    for bn in (32, 64, 128):
-        for bk in (128, 256) if bm < 64 else (128,):
-            for flat in (True, False):
-                out.append(_deepest(T(bm, bn, bk, 1, 4, 6, 1, False, flat)))
-    return list(dict.fromkeys(out))
+    """The skinny sweep's unsplit 4-warp tiles, each with the tile loop flattened and not: the
+    heuristic's sweeps (``skinny``) only timed them flattened, and a probe kernel without
+    flattening ran 16x4096x4096 in 8.8 us against the op's 10.8 (bench/tma_fixed_cost.py)."""
+    import dataclasses
+
+    unsplit = [c for c in _skinny_configs(M) if c.split_k == 1 and c.num_warps == 4]
+    return [dataclasses.replace(c, flatten=flat) for c in unsplit for flat in (True, False)]
 
 
 GROUPS = {
