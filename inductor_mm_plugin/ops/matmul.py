@@ -35,6 +35,7 @@ from ..kernels import tuning
 from ..kernels.configs import MatmulConfig, Problem, batch_fits, candidate_configs, heuristic_config, k_per_split
 from ..kernels.matmul import _matmul_kernel, interpreter_defect, interpreting
 from ..kernels.matmul_tma import _matmul_kernel_tma
+from . import split_k
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Element offsets inside one matrix are 32-bit in the kernel.
@@ -293,20 +294,9 @@ def _num_sms(device: torch.device) -> int:
     return n
 
 
-# Split-K counters: one int32 per output tile, zero at launch. The last slice of a tile
-# resets its counter, so one buffer could serve every launch, but a fresh zeroed buffer per
-# launch is what keeps CUDA-graph trees (mode="reduce-overhead") happy: they run their
-# warm-up inside a private memory pool and reject any allocation still alive afterwards that
-# is not a graph output ("Detected 1 tensor(s) in the cudagraph pool not tracked as
-# outputs", torch/_inductor/cudagraph_trees.py), which a cached buffer is; and concurrent
-# launches on two streams (or two graphs replayed on two streams) would share it. The memset
-# is captured into a graph like the kernel; it costs ~1 us a launch (bench/tma_fixed_cost.py).
-# Zeroing with a kernel that the matmul follows as a programmatic dependent saved nothing
-# (bench/results/2026-11-30-*-split-k-counters-pdl.txt).
-
-
-def _split_k_locks(device: torch.device, tiles: int) -> torch.Tensor:
-    return torch.zeros(tiles, dtype=torch.int32, device=device)
+def _raw_stream(device: torch.device) -> int:
+    """The current stream's handle (what a launch goes on); 0 on the CPU (the interpreter)."""
+    return torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
 
 
 # Direct launches through the compiled kernel's launcher (see _Plan.launch); switched off for
@@ -435,7 +425,7 @@ class _Plan:
             self.mid = self._mid(a, b, out, bias)
         bias_arg = bias if self.has_bias else out
         if self.cfg.kernel == "tma":
-            ws, locks = self._split_k_buffers(out.device) if self.cfg.split_k > 1 else (out, out)
+            ws, locks = self._split_k_buffers(_raw_stream(out.device)) if self.cfg.split_k > 1 else (out, out)
             descs = self._descriptors(a, b, out)
             if self.descs is None:
                 # Kept without their tensors: a plan must not keep a call's tensors alive (CUDA-graph
@@ -444,10 +434,13 @@ class _Plan:
             return (*descs, out, bias_arg, ws, locks, *self.mid, float(alpha), float(beta), *self.consts)
         return (a, b, out, bias_arg, *self.mid, float(alpha), float(beta), *self.consts)
 
-    def _split_k_buffers(self, device):
+    def _split_k_buffers(self, stream: int):
+        """Split-K's fp32 partials (uninitialized: every slice writes its own before any is
+        read) and its zeroed per-tile counters (ops/split_k.py: reused, no memset)."""
         cfg = self.cfg
-        ws = torch.empty(self.num_tiles * cfg.split_k * cfg.block_m * cfg.block_n, dtype=torch.float32, device=device)
-        return ws, _split_k_locks(device, self.num_tiles)
+        ws = torch.empty(self.num_tiles * cfg.split_k * cfg.block_m * cfg.block_n, dtype=torch.float32,
+                         device=self.device)  # fmt: skip
+        return ws, split_k.counters(self.device, self.num_tiles, stream)
 
     def launch(self, a, b, out, bias, alpha, beta):
         """Launch on tensors: the first time through Triton's JIT, then directly."""
@@ -481,7 +474,7 @@ class _Plan:
             if self.cfg.kernel == "tma":
                 pws = plocks = pout
                 if self.cfg.split_k > 1:
-                    ws, locks = self._split_k_buffers(self.device)  # alive until the launch returns
+                    ws, locks = self._split_k_buffers(stream)  # alive until the launch returns
                     pws, plocks = ws.data_ptr(), locks.data_ptr()
                 tail = (pout, pbias, pws, plocks, *self.mid, float(alpha), float(beta), *self.consts)
                 if self.raw is None:
