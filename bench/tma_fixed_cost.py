@@ -14,8 +14,9 @@ median), next to torch.mm and the plugin op in the same run:
   (``TensorDescriptor``, a kernel parameter), persistent and one program per tile. The
   measurement is why the plugin's kernel now takes host-side descriptors
   (bench/results/2026-11-29-NVIDIA_H200-tma-fixed-cost.txt has both runs);
-* split-K's counter memset (``torch.zeros`` per launch, one extra kernel in the graph):
-  the plugin op with a fresh zeroed buffer per launch against one reused buffer.
+* split-K's counter memset (``torch.zeros`` per launch, one extra node in the graph): the
+  plugin op, which reuses its counters (ops/split_k.py), against the same op with a fresh
+  zeroed buffer per launch.
 
 Every kernel's output is checked against torch.mm before it is timed.
 """
@@ -36,6 +37,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 import inductor_mm_plugin  # noqa: F401
 from inductor_mm_plugin.ops import matmul as impl
+from inductor_mm_plugin.ops import split_k
 
 
 @triton.jit
@@ -169,21 +171,16 @@ def main():
             row["torch.mm"] = cg_us(lambda: torch.mm(a, b))
             row["plugin"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
             if cfg.split_k > 1:
-                locks = {}
-                orig = impl._split_k_locks
-
-                def reused(device, tiles):
-                    if tiles not in locks:
-                        locks[tiles] = orig(device, tiles)
-                    return locks[tiles]
-
-                impl._split_k_locks = reused
+                # What the reused counters save: the plugin with a zeroed buffer per launch,
+                # as it ran before ops/split_k.py.
+                orig = split_k.counters
+                split_k.counters = lambda device, tiles, stream=0: split_k.fresh_counters(device, tiles)
                 try:
                     out = torch.ops.inductor_mm_plugin.mm(a, b)
                     assert (out.double() - ref).norm() / ref.norm() < 1e-2
-                    row["plugin, reused split-K counters"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
+                    row["plugin, torch.zeros counters"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
                 finally:
-                    impl._split_k_locks = orig
+                    split_k.counters = orig
             pcfg = dataclasses.replace(cfg, split_k=1, flatten=False) if cfg.kernel == "tma" else cfg
             if args.tile:
                 bm, bn, bk = map(int, args.tile.split("x"))
