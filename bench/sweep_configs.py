@@ -67,6 +67,18 @@ def _skinny_unsplit(M):
     return [dataclasses.replace(c, flatten=flat) for c in unsplit for flat in (True, False)]
 
 
+def _skinny_lows(M):
+    """The skinny sweep's configs plus BLOCK_K = 256 for 64- and 128-row tiles (the skinny sweep
+    gave those 128 only), for the rows still below 0.95 of cuBLAS once split-K's counters were
+    reused (2026-12-01: no memset per launch, which the skinny sweeps had charged every split
+    config ~1 us)."""
+    bm = max(16, 1 << (M - 1).bit_length()) if M > 1 else 16
+    extra = []
+    if bm >= 64:
+        extra = [_deepest(T(bm, bn, 256, 1, 4, 6, split, False, split == 1)) for bn in (32, 64) for split in (1, 2, 4)]
+    return list(dict.fromkeys(_skinny_configs(M) + extra))
+
+
 GROUPS = {
     "llm": dict(
         shapes=[(4096, 4096, 4096), (2048, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336), (16384, 6144, 4096)],
@@ -263,6 +275,10 @@ GROUPS = {
     "skinny_more": dict(
         shapes=[(m, n, k) for m in (1, 16, 64) for n, k in [(11008, 4096), (4096, 11008), (6144, 4096), (1024, 4096)]],
         dtype="bf16", layouts=["linear"], graph=True, configs=None,
+    ),
+    "skinny_lows": dict(
+        shapes=[(64, 4096, 4096), (128, 14336, 4096), (32, 14336, 4096), (128, 4096, 4096), (128, 4096, 14336)],
+        dtype="bf16", layouts=["row", "linear"], graph=True, configs=_skinny_lows,
     ),
     "skinny_unflat": dict(
         shapes=[(m, n, k) for m in (1, 8, 16, 32, 64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
