@@ -14,6 +14,8 @@ median), next to torch.mm and the plugin op in the same run:
   (``TensorDescriptor``, a kernel parameter), persistent and one program per tile. The
   measurement is why the plugin's kernel now takes host-side descriptors
   (bench/results/2026-11-29-NVIDIA_H200-tma-fixed-cost.txt has both runs);
+* the programmatic dependent launch (PDL) of the plugin's kernels: the op against the same
+  op launched without it;
 * split-K's counter memset (``torch.zeros`` per launch, one extra node in the graph): the
   plugin op, which reuses its counters (ops/split_k.py), against the same op with a fresh
   zeroed buffer per launch.
@@ -170,6 +172,16 @@ def main():
             row = {"shape": [M, N, K], "layout": layout, "config": cfg.short()}
             row["torch.mm"] = cg_us(lambda: torch.mm(a, b))
             row["plugin"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
+            # What the programmatic dependent launch saves (kernels/matmul.py, _dependent_launch).
+            impl.PDL = False
+            impl._PLANS.clear()
+            impl._FAST_PLANS.clear()
+            try:
+                row["plugin, no PDL"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
+            finally:
+                impl.PDL = True
+                impl._PLANS.clear()
+                impl._FAST_PLANS.clear()
             if cfg.split_k > 1:
                 # What the reused counters save: the plugin with a zeroed buffer per launch,
                 # as it ran before ops/split_k.py.

@@ -116,7 +116,7 @@ M, N, K = 2000, 3000, 500
 mid = dict(M=M, N=N, K=K, stride_ab=0, stride_am=K, stride_ak=1, stride_bb=0, stride_bk=N, stride_bn=1,
            stride_cb=0, stride_cm=N, stride_cn=1, stride_biasb=0, stride_biasm=0, stride_biasn=0)
 consts = dict(HAS_BIAS=False, SCALE_ACC=False, INPUT_PRECISION="ieee", INTERPRETER_BF16=False,
-              BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8,
+              BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, PDL=sys.argv[1] == "pdl",
               DIVISOR=pointer_kernel_divisor(pow2_divisor(list(mid.values())[:12])) if sys.argv[1] == "hint" else 1)
 sig, attrs = {}, {}
 for i, name in enumerate(_matmul_kernel.arg_names):
@@ -135,8 +135,39 @@ for i, name in enumerate(_matmul_kernel.arg_names):
             attrs[(i,)] = [["tt.divisibility", 16]]
 src = triton.compiler.ASTSource(_matmul_kernel, sig, consts, attrs)
 ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=4)).asm["ptx"]
-print(consts["DIVISOR"], len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)), len(re.findall(r"ld\.global\.b16", ptx)))
+if sys.argv[1] in ("pdl", "nopdl"):
+    # The offsets of the first griddepcontrol instructions and of the first global memory access.
+    first = lambda pat: next((m.start() for m in re.finditer(pat, ptx)), len(ptx))  # noqa: E731
+    print(first(r"griddepcontrol\.wait"), first(r"griddepcontrol\.launch_dependents"),
+          first(r"(cp\.async|ld\.global|st\.global|cp\.async\.bulk)"), len(ptx))
+else:
+    print(consts["DIVISOR"], len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)),
+          len(re.findall(r"ld\.global\.b16", ptx)))
 """
+
+
+def _pointer_kernel_ptx_facts(arg):
+    """Compile the pointer kernel for sm_90 in a process without the interpreter; the facts
+    the script prints for ``arg``."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _PTX_OF_THE_POINTER_KERNEL, arg], env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    if res.returncode != 0 and ("ptxas" in res.stderr or "NVPTX" in res.stderr):
+        pytest.skip(f"this Triton cannot compile for sm_90 here: {res.stderr.strip().splitlines()[-1]}")
+    assert res.returncode == 0, res.stderr
+    return list(map(int, res.stdout.split()))
+
+
+def test_dependent_launch_waits_before_the_first_memory_access():
+    """With PDL the kernel may start while the previous kernel on the stream still runs: the
+    wait must come before any load or store (a load before it could read stale data)."""
+    wait, trigger, first_access, end = _pointer_kernel_ptx_facts("pdl")
+    assert wait < first_access < end and wait < trigger < end
+    none_wait, _, _, none_end = _pointer_kernel_ptx_facts("nopdl")
+    assert none_wait == none_end  # no griddepcontrol without PDL
 
 
 @pytest.mark.parametrize("hint", ["hint", "none"])
@@ -144,16 +175,7 @@ def test_divisor_turns_element_loads_into_cp_async(hint):
     """Compiled for sm_90 on the CPU (Triton's own ptxas): with K = 500 and rows of 3000
     elements, the unhinted kernel loads one bf16 at a time; DIVISOR = 4 gives pipelined
     8-byte cp.async copies and no element loads."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _PTX_OF_THE_POINTER_KERNEL, hint], env=env, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
-    if res.returncode != 0 and ("ptxas" in res.stderr or "NVPTX" in res.stderr):
-        pytest.skip(f"this Triton cannot compile for sm_90 here: {res.stderr.strip().splitlines()[-1]}")
-    assert res.returncode == 0, res.stderr
-    divisor, cp_async, element_loads = map(int, res.stdout.split())
+    divisor, cp_async, element_loads = _pointer_kernel_ptx_facts(hint)
     if hint == "hint":
         assert divisor == 4 and cp_async > 0 and element_loads == 0
     else:
@@ -805,7 +827,7 @@ def test_gpu_pointer_kernel_with_alignment_hint(ta, tb, dtype, batch, M, N, K, d
         b = randn(batch, N, K, dtype=dtype).transpose(1, 2) if tb else randn(batch, K, N, dtype=dtype)
         launch, shape = impl.bmm_launch, (batch, M, N)
     plan = impl._launch(a, b, poisoned(*shape, dtype=dtype))
-    assert plan.cfg.kernel == "ptr" and plan.consts[-1] == divisor
+    assert plan.cfg.kernel == "ptr" and plan.consts[-2] == divisor
     for _ in range(3):  # the first call compiles; the others take the direct launch
         a.normal_()
         out = launch(a, b, out=poisoned(*shape, dtype=dtype))

@@ -35,6 +35,23 @@ import os
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+
+@triton.jit
+def _dependent_launch():
+    """Programmatic dependent launch (PDL; the launcher sets ``launch_pdl``, GPU only).
+
+    Launched so, a grid may start while the kernel before it on the stream is still running;
+    ``griddepcontrol.wait`` then holds each program until that kernel has finished and its
+    writes are visible, so everything after this call may read what it wrote and overwrite
+    what it read. Called before the kernel's first memory access. ``launch_dependents`` lets
+    the next PDL-launched kernel start the same way (it waits for this one in turn). cuBLAS's
+    Hopper kernels launch so; under CUDA graphs, back-to-back decode matmuls then overlap
+    one kernel's launch and ramp-up with the previous one's tail (bench/tma_fixed_cost.py).
+    """
+    gdc_wait()
+    gdc_launch_dependents()
 
 
 def interpreting() -> bool:
@@ -147,7 +164,10 @@ def _matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     DIVISOR: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
+    if PDL:
+        _dependent_launch()
     # Alignment. Triton specializes an integer argument divisible by 16 (and makes one equal
     # to 1 a constant), nothing in between: with K = 500 or rows of 3000 elements every
     # masked load goes one element at a time, without cp.async (ld.global.b16 in the PTX;

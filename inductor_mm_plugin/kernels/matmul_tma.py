@@ -64,7 +64,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .matmul import _divmod, _tile_coords  # the grouped tile order, shared with the pointer kernel
+from .matmul import _dependent_launch, _divmod, _tile_coords  # shared with the pointer kernel
 
 
 @triton.jit
@@ -139,7 +139,10 @@ def _matmul_kernel_tma(
     EPILOGUE_SUBTILE: tl.constexpr,
     FLATTEN: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
+    PDL: tl.constexpr,  # programmatic dependent launch (kernels/matmul.py, _dependent_launch)
 ):  # fmt: skip
+    if PDL:
+        _dependent_launch()
     SUB_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
 
     start = tl.program_id(0)

@@ -294,6 +294,22 @@ def _num_sms(device: torch.device) -> int:
     return n
 
 
+# Programmatic dependent launch of the eager kernels (kernels/matmul.py, _dependent_launch):
+# Hopper and later (griddepcontrol is sm_90 PTX), never in the interpreter. A switch for A/B
+# timing (bench/tma_fixed_cost.py); plans made before a change keep what they had.
+PDL = True
+_PDL_DEVICES: dict[int, bool] = {}
+
+
+def _pdl(device: torch.device) -> bool:
+    if not PDL or device.type != "cuda" or interpreting():
+        return False
+    ok = _PDL_DEVICES.get(device.index)
+    if ok is None:
+        ok = _PDL_DEVICES[device.index] = torch.cuda.get_device_capability(device) >= (9, 0)
+    return ok
+
+
 def _raw_stream(device: torch.device) -> int:
     """The current stream's handle (what a launch goes on); 0 on the CPU (the interpreter)."""
     return torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
@@ -331,7 +347,7 @@ class _Plan:
     """
 
     __slots__ = ("cfg", "problem", "layout", "grid", "num_tiles", "compiled", "consts", "device", "mid", "has_bias",
-                 "c_tma", "descs", "raw", "encoded")  # fmt: skip
+                 "c_tma", "descs", "raw", "encoded", "pdl")  # fmt: skip
 
     def __init__(self, problem: Problem, cfg: MatmulConfig, layout, flags: dict, device: torch.device):
         self.problem, self.cfg, self.layout, self.device = problem, cfg, layout, device
@@ -342,6 +358,7 @@ class _Plan:
         self.encoded = {}  # (operand slot, data pointer) -> its expanded tensormap arguments
         self.c_tma = False
         self.has_bias = flags["HAS_BIAS"]
+        self.pdl = _pdl(device)
         p = problem
         self.num_tiles = triton.cdiv(p.M, cfg.block_m) * triton.cdiv(p.N, cfg.block_n) * p.batch
         if cfg.kernel == "tma":
@@ -358,7 +375,7 @@ class _Plan:
                 a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["BIAS_MODE"], flags["SCALE_ACC"],
                 flags["INPUT_PRECISION"], swap_ab, flags["INTERPRETER_BF16"],
                 cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.split_k,
-                programs, cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize,
+                programs, cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize, self.pdl,
             )  # fmt: skip
         else:
             self.grid = (self.num_tiles,)
@@ -366,7 +383,7 @@ class _Plan:
                 flags["HAS_BIAS"], flags["SCALE_ACC"], flags["INPUT_PRECISION"], flags["INTERPRETER_BF16"],
                 cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m,
                 # The interpreter does not make strides of 1 constants, so it gets no hint.
-                1 if interpreting() else pointer_kernel_divisor(p.divisor),
+                1 if interpreting() else pointer_kernel_divisor(p.divisor), self.pdl,
             )  # fmt: skip
 
     @property
@@ -448,9 +465,8 @@ class _Plan:
         if compiled is not None and _DIRECT_LAUNCH and not _launch_hooks_active():
             if self.launch_direct(a, b, out, bias, alpha, beta):
                 return
-        cfg = self.cfg
         args = self.args(a, b, out, bias, alpha, beta)
-        compiled = self.kernel[self.grid](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        compiled = self.kernel[self.grid](*args, **self._launch_options())
         if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
             self.compiled = compiled
 
@@ -513,9 +529,15 @@ class _Plan:
 
     def compile(self, a, b, out, bias):
         """Compile without launching (fills Triton's disk cache)."""
-        cfg = self.cfg
         args = self.args(a, b, out, bias, 1.0, 1.0)
-        self.kernel.warmup(*args, grid=self.grid, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        self.kernel.warmup(*args, grid=self.grid, **self._launch_options())
+
+    def _launch_options(self) -> dict:
+        cfg = self.cfg
+        options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        if self.pdl:
+            options["launch_pdl"] = True  # the interpreter takes no such option
+        return options
 
 
 def _rebased(desc: TensorDescriptor, base) -> TensorDescriptor:
