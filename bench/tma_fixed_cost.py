@@ -173,13 +173,13 @@ def main():
             row["torch.mm"] = cg_us(lambda: torch.mm(a, b))
             row["plugin"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
             # What the programmatic dependent launch saves (kernels/matmul.py, _dependent_launch).
-            impl.PDL = False
+            impl.PDL = 0
             impl._PLANS.clear()
             impl._FAST_PLANS.clear()
             try:
                 row["plugin, no PDL"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
             finally:
-                impl.PDL = True
+                impl.PDL = 2
                 impl._PLANS.clear()
                 impl._FAST_PLANS.clear()
             if cfg.split_k > 1:

@@ -116,7 +116,7 @@ M, N, K = 2000, 3000, 500
 mid = dict(M=M, N=N, K=K, stride_ab=0, stride_am=K, stride_ak=1, stride_bb=0, stride_bk=N, stride_bn=1,
            stride_cb=0, stride_cm=N, stride_cn=1, stride_biasb=0, stride_biasm=0, stride_biasn=0)
 consts = dict(HAS_BIAS=False, SCALE_ACC=False, INPUT_PRECISION="ieee", INTERPRETER_BF16=False,
-              BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, PDL=sys.argv[1] == "pdl",
+              BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, PDL=2 if sys.argv[1] == "pdl" else 0,
               DIVISOR=pointer_kernel_divisor(pow2_divisor(list(mid.values())[:12])) if sys.argv[1] == "hint" else 1)
 sig, attrs = {}, {}
 for i, name in enumerate(_matmul_kernel.arg_names):

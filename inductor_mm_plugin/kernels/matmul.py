@@ -39,19 +39,20 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
-def _dependent_launch():
+def _dependent_launch(PDL: tl.constexpr):
     """Programmatic dependent launch (PDL; the launcher sets ``launch_pdl``, GPU only).
 
-    Launched so, a grid may start while the kernel before it on the stream is still running;
-    ``griddepcontrol.wait`` then holds each program until that kernel has finished and its
-    writes are visible, so everything after this call may read what it wrote and overwrite
-    what it read. Called before the kernel's first memory access. ``launch_dependents`` lets
-    the next PDL-launched kernel start the same way (it waits for this one in turn). cuBLAS's
-    Hopper kernels launch so; under CUDA graphs, back-to-back decode matmuls then overlap
-    one kernel's launch and ramp-up with the previous one's tail (bench/tma_fixed_cost.py).
+    ``PDL`` 0: off. 1: launched so, a grid may start while the kernel before it on the stream
+    is still finishing; ``griddepcontrol.wait`` holds each program until that kernel has
+    finished and its writes are visible, so everything after this call may read what it wrote
+    and overwrite what it read. Called before the kernel's first memory access. 2: also
+    ``launch_dependents`` right away, so that the next PDL-launched kernel may start before this
+    one finishes (its programs wait in turn). cuBLAS's Hopper kernels launch with PDL.
     """
-    gdc_wait()
-    gdc_launch_dependents()
+    if PDL >= 1:
+        gdc_wait()
+    if PDL >= 2:
+        gdc_launch_dependents()
 
 
 def interpreting() -> bool:
@@ -166,8 +167,7 @@ def _matmul_kernel(
     DIVISOR: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
-    if PDL:
-        _dependent_launch()
+    _dependent_launch(PDL)
     # Alignment. Triton specializes an integer argument divisible by 16 (and makes one equal
     # to 1 a constant), nothing in between: with K = 500 or rows of 3000 elements every
     # masked load goes one element at a time, without cp.async (ld.global.b16 in the PTX;

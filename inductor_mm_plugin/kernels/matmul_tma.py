@@ -141,8 +141,7 @@ def _matmul_kernel_tma(
     WARP_SPECIALIZE: tl.constexpr,
     PDL: tl.constexpr,  # programmatic dependent launch (kernels/matmul.py, _dependent_launch)
 ):  # fmt: skip
-    if PDL:
-        _dependent_launch()
+    _dependent_launch(PDL)
     SUB_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
 
     start = tl.program_id(0)

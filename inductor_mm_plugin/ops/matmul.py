@@ -295,19 +295,20 @@ def _num_sms(device: torch.device) -> int:
 
 
 # Programmatic dependent launch of the eager kernels (kernels/matmul.py, _dependent_launch):
-# Hopper and later (griddepcontrol is sm_90 PTX), never in the interpreter. A switch for A/B
-# timing (bench/tma_fixed_cost.py); plans made before a change keep what they had.
-PDL = True
+# the mode (0 off, 1 wait, 2 wait and let the next kernel launch at once) on Hopper and later
+# (griddepcontrol is sm_90 PTX), never in the interpreter. A switch for A/B timing
+# (bench/ab_pdl.py); plans made before a change keep the mode they had.
+PDL = 2
 _PDL_DEVICES: dict[int, bool] = {}
 
 
-def _pdl(device: torch.device) -> bool:
+def _pdl(device: torch.device) -> int:
     if not PDL or device.type != "cuda" or interpreting():
-        return False
+        return 0
     ok = _PDL_DEVICES.get(device.index)
     if ok is None:
         ok = _PDL_DEVICES[device.index] = torch.cuda.get_device_capability(device) >= (9, 0)
-    return ok
+    return PDL if ok else 0
 
 
 def _raw_stream(device: torch.device) -> int:
