@@ -886,6 +886,44 @@ def test_split_k_under_cuda_graph_capture(monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mode", [1, 2])
+def test_dependent_launch_reads_what_the_kernel_before_wrote(monkeypatch, mode):
+    """PDL is off by default (ops/matmul.py says why); when on, each launch must still see its
+    predecessor's writes: a chain where every operand was just written by the kernel before
+    (torch's, then the plugin's own, split-K and not), eager and under a CUDA graph."""
+    monkeypatch.setattr(impl, "PDL", mode)
+    impl._PLANS.clear()
+    impl._FAST_PLANS.clear()
+    dt = torch.bfloat16
+    x = randn(16, 4096, dtype=dt)
+    w1, w2 = randn(4096, 4096, dtype=dt) / 64, randn(1024, 4096, dtype=dt).t() / 64
+
+    def chain():
+        x.normal_()  # written by a torch kernel right before the first matmul reads it
+        h = impl.mm_launch(x, w1)  # split-K (16x4096x4096)
+        return h, impl.mm_launch(h, w2)
+
+    h, y = chain()
+    assert impl.chosen_config(x, w1).split_k > 1 and impl._PLANS and all(p.pdl == mode for p in impl._PLANS.values())
+    for _ in range(3):
+        h, y = chain()
+        assert_matmul_close(h, x, w1)
+        assert_matmul_close(y, h, w2)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        h, y = chain()
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_matmul_close(h, x, w1)
+        assert_matmul_close(y, h, w2)
+    impl._PLANS.clear()
+    impl._FAST_PLANS.clear()
+
+
+@pytest.mark.gpu
 def test_split_k_on_two_streams_at_once():
     """Launches on two streams overlap on the GPU; each stream has counters of its own."""
     dt = torch.bfloat16

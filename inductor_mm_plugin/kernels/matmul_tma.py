@@ -35,8 +35,8 @@ Structure:
   pipeline, so the next tile's loads overlap this tile's epilogue;
 * split-K (``SPLIT_K > 1``): each work item computes one K slice; every slice stores its
   fp32 partial tile in a workspace and bumps the tile's counter; the last slice to arrive
-  adds the others' partials, runs the epilogue and resets the counter to zero (the
-  launcher still hands every launch freshly zeroed counters: ops/matmul.py says why);
+  adds the others' partials, runs the epilogue and resets the counter to zero, so that the
+  launcher can hand the next launch the same counters without a memset (ops/split_k.py);
 * epilogue on the fp32 accumulator: alpha, beta * bias (any broadcast, through strides),
   then a TMA store, split into two BLOCK_N / 2 halves with ``EPILOGUE_SUBTILE`` to halve
   the store buffer; outputs that do not qualify for TMA (``C_TMA`` off) use masked stores.
@@ -56,7 +56,9 @@ loop (bench/results/2026-11-29-NVIDIA_H200-ab-configs.json), so no heuristic con
 ``programs_per_sm`` (NUM_SMS = SMs x programs per SM) likewise: smaller tiles two to four per
 SM were no faster at 768-1024 cubed (bench/results/*-sweep-odd-per-sm.json);
 fp32 with an N-major B, through registers, reaches 0.80-0.95 of cuBLAS with the loop
-unflattened (flattened: 0.54-0.67; configs._heuristic_tma_fp32).
+unflattened (flattened: 0.54-0.67; configs._heuristic_tma_fp32); ``PDL`` (programmatic
+dependent launch, kernels/matmul.py) is off: it sped up back-to-back decode matmuls but slowed a
+matmul followed by a kernel launched without it (ops/matmul.py says by how much).
 """
 
 from __future__ import annotations

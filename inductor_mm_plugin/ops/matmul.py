@@ -295,10 +295,13 @@ def _num_sms(device: torch.device) -> int:
 
 
 # Programmatic dependent launch of the eager kernels (kernels/matmul.py, _dependent_launch):
-# the mode (0 off, 1 wait, 2 wait and let the next kernel launch at once) on Hopper and later
-# (griddepcontrol is sm_90 PTX), never in the interpreter. A switch for A/B timing
-# (bench/ab_pdl.py); plans made before a change keep the mode they had.
-PDL = 2
+# the mode, 0 off, 1 wait, 2 wait and let the next kernel launch at once; on Hopper and later
+# only (griddepcontrol is sm_90 PTX), never in the interpreter. Off: on the H200 (bench/ab_pdl.py,
+# bench/results/2026-12-01-NVIDIA_H200-ab-pdl.txt, CUDA graphs) mode 1 ran back-to-back decode
+# matmuls 1-8% faster, but a matmul followed by one of torch's kernels (launched without PDL),
+# as in a model, 1-3.5% slower on every shape; mode 2 ran row-major K = 14336 rows 16% slower
+# even back to back. A switch for that A/B; plans made before a change keep their mode.
+PDL = 0
 _PDL_DEVICES: dict[int, bool] = {}
 
 
