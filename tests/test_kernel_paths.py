@@ -689,6 +689,17 @@ def test_pointer_heuristic_for_element_loads_follows_b_layout(b_kmajor, expected
     assert heuristic_config(p4) == MatmulConfig("ptr", 64, 128, 32, 8, 4, 4)
 
 
+def test_skinny_heuristic_takes_wide_k_steps_for_unsplit_64x32_tiles():
+    # 64x4096x4096 on the H200: 64x32x256 (4 stages) 4-5% ahead of 64x32x128 (6 stages).
+    cfg = heuristic_config(Problem(64, 4096, 4096, 1, 2, "bfloat16", tma=True, num_sms=132))
+    assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_stages, cfg.split_k) == (64, 32, 256, 4, 1)
+    assert smem_bytes(cfg, 2) <= SMEM_LIMIT_BYTES
+    # Split 64x32 tiles and wider ones keep 128 (not measured with 256).
+    for N in (1024, 14336):
+        other = heuristic_config(Problem(64, N, 4096, 1, 2, "bfloat16", tma=True, num_sms=132))
+        assert other.block_k == 128 and (other.block_n, other.split_k) != (32, 1)
+
+
 def test_heuristic_splits_k_only_when_the_grid_is_small():
     big = heuristic_config(Problem(8192, 8192, 8192, 1, 2, "bfloat16", tma=True))
     assert big.split_k == 1 and (big.block_m, big.block_n) in ((128, 256), (256, 128))

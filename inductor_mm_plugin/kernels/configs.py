@@ -335,7 +335,9 @@ def _heuristic_skinny(p: Problem) -> MatmulConfig:
       (32 unsplit: 0.90); BLOCK_N 64 split 2 for M = 32 and 128: 0.92-0.99;
     * N = K = 4096 (about 10 us): BLOCK_N 128 split 4 for M <= 8: 0.85-0.98 (64 split 2:
       0.81-0.89); BLOCK_N 64 split 2 for M = 16, 32: 0.91-0.95 (32 unsplit: 0.81-0.90);
-      BLOCK_N 32 unsplit for M = 64, 128: 0.81-1.03 (64 unsplit: 0.77-0.90).
+      BLOCK_N 32 unsplit for M = 64, 128: 0.81-1.03 (64 unsplit: 0.77-0.90). With split-K's
+      counters reused (2026-12-01, no memset per launch; group skinny_lows) the split configs
+      gained ~1 us but no pick changed; 64 x 32 tiles now take 256-wide K steps (below).
 
     Four warps throughout (eight: 1-3% slower on 128-wide tiles). The cost model below
     (``skinny_cost_us``) ranks these wrongly; it only orders the autotuner's candidates.
@@ -373,8 +375,15 @@ def _heuristic_skinny(p: Problem) -> MatmulConfig:
 
 def _skinny_config(p: Problem, bm: int, bn: int, split: int) -> MatmulConfig:
     """A skinny tile: four warps, no grouping, as many stages (up to 6) as fit, and 256-wide
-    K steps while 3 stages of them fit (measured with M <= 32), else 128."""
-    bk = 256 if bm < 64 and fits(MatmulConfig("tma", bm, bn, 256, 1, 4, 3), p.elem_bytes) else 128
+    K steps while 3 stages of them fit (measured with M <= 32), else 128. Unsplit 64 x 32 tiles
+    take 256-wide steps too, 4 stages deep: at 64x4096x4096 under CUDA graphs on the H200 8.82
+    against 9.24 us (row-major B) and 8.59 against 9.13 (K-major), cuBLAS 8.1 and 7.9
+    (bench/results/2026-12-01-NVIDIA_H200-sweep-skinny-lows.json)."""
+    if bm < 64:
+        wide_k = fits(MatmulConfig("tma", bm, bn, 256, 1, 4, 3), p.elem_bytes)
+    else:
+        wide_k = (bm, bn, split) == (64, 32, 1) and fits(MatmulConfig("tma", bm, bn, 256, 1, 4, 4), p.elem_bytes)
+    bk = 256 if wide_k else 128
     cfg = MatmulConfig("tma", bm, bn, bk, 1, 4, 6, split_k=split, flatten=split == 1)
     return deepest(cfg, p.elem_bytes, 6)
 
