@@ -12,6 +12,8 @@ between timings of the same round, and the report gives the median over rounds a
 
 from __future__ import annotations
 
+import datetime
+import json
 import statistics
 import subprocess
 from typing import Callable
@@ -57,3 +59,14 @@ def frames_compiled() -> int:
     import torch._dynamo.utils
 
     return sum(torch._dynamo.utils.counters["frames"].values())
+
+
+def write_rows(path: str, rows: list, **extra) -> None:
+    """A bench script's rows as JSON, with the date, the GPU and the torch and triton versions."""
+    import torch
+    import triton
+
+    result = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "triton": triton.__version__, **extra, "rows": rows}  # fmt: skip
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)

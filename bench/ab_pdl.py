@@ -14,13 +14,12 @@ PDL). torch.mm is timed in the same rounds; every output is checked against it f
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
 import triton
 import triton.testing
-from _timing import median, rounds
+from _timing import median, rounds, write_rows
 
 import inductor_mm_plugin  # noqa: F401
 from inductor_mm_plugin.ops import matmul as impl
@@ -85,9 +84,7 @@ def main() -> int:
                 print(f"{M}x{N}x{K} {layout:6s} {'chain' if chain else 'alone'} [{row['config']}] us: {cells} | {ratio}",
                       flush=True)  # fmt: skip
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"gpu": props.name, "torch": torch.__version__, "triton": triton.__version__, "rows": rows}, f,
-                      indent=1)  # fmt: skip
+        write_rows(args.out, rows)
     return 0
 
 

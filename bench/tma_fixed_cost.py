@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 
@@ -35,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 import triton.testing
+from _timing import write_rows
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import inductor_mm_plugin  # noqa: F401
@@ -240,9 +240,7 @@ def main():
                               if k not in ("shape", "layout", "config", "probe config"))  # fmt: skip
             print(f"{M}x{N}x{K} {layout:6s} [{row['config']}; probes {row['probe config']}] us: {cells}", flush=True)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"gpu": props.name, "torch": torch.__version__, "triton": triton.__version__, "rows": rows}, f,
-                      indent=1)  # fmt: skip
+        write_rows(args.out, rows)
     return 0
 
 
