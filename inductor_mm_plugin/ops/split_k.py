@@ -17,6 +17,9 @@ That is what this module arranges:
   launch shares them (only the same graph replayed on two streams at once would, and that
   already shares every buffer the graph allocated).
 
+Captured counters stay taken after their graph is gone (nothing says when a graph is freed):
+4 bytes per output tile per captured split-K launch, a few hundred bytes each.
+
 Where neither applies, the launch gets fresh zeroed counters as before: a grid of more than
 ``REGION`` tiles, or a capture with no reserve left (the reserve is filled by eager launches,
 so a capture whose first split-K launch is inside it takes this path once).
