@@ -4,8 +4,8 @@ The TMA kernel's split-K (kernels/matmul_tma.py) counts the K slices of each out
 that have stored their partials: one int32 per tile, zero when the launch starts. The last
 slice of a tile sets its counter back to zero, so every launch leaves its counters as it
 found them. A fresh ``torch.zeros`` per launch is one more node in a CUDA graph, and on the
-H200 it cost ~1 us of a 10 us decode call (1x4096x4096 under CUDA graphs: 10.5 against 9.6 us
-with reused counters, bench/results/2026-11-30-*-split-k-counters-pdl.txt).
+H200 it cost ~1 us of a 10 us decode call (1x4096x4096 under CUDA graphs: 10.6-10.8 against
+9.5-9.8 us with these counters, bench/results/2026-12-01-NVIDIA_H200-split-k-reused-counters.txt).
 
 Reused counters are correct as long as no two launches that share them run at the same time.
 That is what this module arranges:
@@ -93,7 +93,8 @@ def _refill(device: torch.device, key: tuple[str, int, int]) -> torch.Tensor:
         need_region = region is None
         need_chunk = chunk is None or chunk[1] + REGION > RESERVE_CHUNK
         if need_region or need_chunk:
-            fresh = _zeros_outside_graph_pools(device, (REGION if need_region else 0) + (RESERVE_CHUNK if need_chunk else 0))
+            n = (REGION if need_region else 0) + (RESERVE_CHUNK if need_chunk else 0)
+            fresh = _zeros_outside_graph_pools(device, n)
             if need_region:
                 region = _by_stream[key] = fresh[:REGION]
             if need_chunk:
