@@ -81,8 +81,8 @@ def main() -> int:
                 cells = "  ".join(f"{k} {median(v):7.2f}" for k, v in times.items())
                 ratio = "  ".join(f"pdl{m}/pdl0 {median([x / y for x, y in zip(times[f'pdl{m}'], times['pdl0'])]):.3f}"
                                   for m in MODES[1:])  # fmt: skip
-                print(f"{M}x{N}x{K} {layout:6s} {'chain' if chain else 'alone'} [{row['config']}] us: {cells} | {ratio}",
-                      flush=True)  # fmt: skip
+                where = "chain" if chain else "alone"
+                print(f"{M}x{N}x{K} {layout:6s} {where} [{row['config']}] us: {cells} | {ratio}", flush=True)
     if args.out:
         write_rows(args.out, rows)
     return 0
