@@ -30,7 +30,11 @@ graph up into their private pool (``torch._inductor.cudagraph_trees._use_cuda_me
 ``torch._C._cuda_beginAllocateCurrentThreadToPool``) and reject any tensor still alive there
 afterwards that is not a graph output ("Detected 1 tensor(s) in the cudagraph pool not tracked
 as outputs"). So the long-lived counters are allocated, and zeroed, on a short-lived thread of
-their own, on a stream of their own, which the launching thread waits for.
+their own, on a stream of their own, which the launching thread waits for. That thread
+synchronizes its stream once per region or reserve chunk; if another thread is capturing a
+CUDA graph in torch's default "global" capture mode at that moment, CUDA refuses the call and
+that capture fails with an error (never a wrong result). Warm up before capturing on several
+threads at once.
 """
 
 from __future__ import annotations
