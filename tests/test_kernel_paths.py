@@ -341,6 +341,16 @@ def test_split_k_counters_for_a_large_grid_are_fresh(monkeypatch):
     assert not split_k._by_stream  # the region is not even allocated
 
 
+def test_counters_are_allocated_on_a_thread_of_their_own_and_its_errors_come_back():
+    # CUDA-graph trees route the warming-up thread's allocations into their pool; the
+    # counters come from another thread, whose exception must reach the launch.
+    import threading
+
+    assert split_k._on_own_thread(threading.get_ident) != threading.get_ident()
+    with pytest.raises(ZeroDivisionError):
+        split_k._on_own_thread(lambda: 1 // 0)
+
+
 def test_captured_split_k_launches_take_counters_of_their_own(monkeypatch):
     """Under capture each launch gets reserve counters no one else ever gets: not the stream's
     region (eager launches run beside graph replays), not another captured launch's."""

@@ -113,24 +113,34 @@ def _zeros_outside_graph_pools(device: torch.device, n: int) -> torch.Tensor:
     this returns (see the module docstring for why another thread)."""
     if device.type != "cuda":
         return torch.zeros(n, dtype=torch.int32, device=device)
-    result: dict = {}
 
     def allocate():
+        with torch.cuda.device(device):
+            stream = torch.cuda.Stream(device)
+            with torch.cuda.stream(stream):
+                zeros = torch.zeros(n, dtype=torch.int32, device=device)
+            stream.synchronize()
+        return zeros
+
+    return _on_own_thread(allocate)
+
+
+def _on_own_thread(fn):
+    """``fn()`` run on a new thread, waited for; its result, or its exception raised here."""
+    result: dict = {}
+
+    def run():
         try:
-            with torch.cuda.device(device):
-                stream = torch.cuda.Stream(device)
-                with torch.cuda.stream(stream):
-                    result["zeros"] = torch.zeros(n, dtype=torch.int32, device=device)
-                stream.synchronize()
-        except BaseException as e:  # noqa: BLE001 - re-raised in the launching thread
+            result["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread
             result["error"] = e
 
-    thread = threading.Thread(target=allocate, name="inductor_mm_plugin split-K counters")
+    thread = threading.Thread(target=run, name="inductor_mm_plugin split-K counters")
     thread.start()
     thread.join()
     if "error" in result:
         raise result["error"]
-    return result["zeros"]
+    return result["value"]
 
 
 def clear() -> None:
