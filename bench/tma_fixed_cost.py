@@ -14,8 +14,8 @@ median), next to torch.mm and the plugin op in the same run:
   (``TensorDescriptor``, a kernel parameter), persistent and one program per tile. The
   measurement is why the plugin's kernel now takes host-side descriptors
   (bench/results/2026-11-29-NVIDIA_H200-tma-fixed-cost.txt has both runs);
-* the programmatic dependent launch (PDL) of the plugin's kernels: the op against the same
-  op launched without it;
+* the programmatic dependent launch (PDL) of the plugin's kernels, off by default: the op
+  against the same op launched with it (mode 1; bench/ab_pdl.py times every mode in rounds);
 * split-K's counter memset (``torch.zeros`` per launch, one extra node in the graph): the
   plugin op, which reuses its counters (ops/split_k.py), against the same op with a fresh
   zeroed buffer per launch.
@@ -172,16 +172,9 @@ def main():
             row = {"shape": [M, N, K], "layout": layout, "config": cfg.short()}
             row["torch.mm"] = cg_us(lambda: torch.mm(a, b))
             row["plugin"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
-            # What the programmatic dependent launch saves (kernels/matmul.py, _dependent_launch).
-            impl.PDL = 0
-            impl._PLANS.clear()
-            impl._FAST_PLANS.clear()
-            try:
-                row["plugin, no PDL"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
-            finally:
-                impl.PDL = 2
-                impl._PLANS.clear()
-                impl._FAST_PLANS.clear()
+            # The same op launched with PDL (kernels/matmul.py, _dependent_launch; off by default).
+            with impl.pdl_mode(1):
+                row["plugin, PDL 1"] = cg_us(lambda: torch.ops.inductor_mm_plugin.mm(a, b))
             if cfg.split_k > 1:
                 # What the reused counters save: the plugin with a zeroed buffer per launch,
                 # as it ran before ops/split_k.py.

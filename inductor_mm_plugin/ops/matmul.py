@@ -300,7 +300,7 @@ def _num_sms(device: torch.device) -> int:
 # bench/results/2026-12-01-NVIDIA_H200-ab-pdl.txt, CUDA graphs) mode 1 ran back-to-back decode
 # matmuls 1-8% faster, but a matmul followed by one of torch's kernels (launched without PDL),
 # as in a model, 1-3.5% slower on every shape; mode 2 ran row-major K = 14336 rows 16% slower
-# even back to back. A switch for that A/B; plans made before a change keep their mode.
+# even back to back. A switch for that A/B (``pdl_mode``); plans keep the mode they were made with.
 PDL = 0
 _PDL_DEVICES: dict[int, bool] = {}
 
@@ -312,6 +312,23 @@ def _pdl(device: torch.device) -> int:
     if ok is None:
         ok = _PDL_DEVICES[device.index] = torch.cuda.get_device_capability(device) >= (9, 0)
     return PDL if ok else 0
+
+
+@contextlib.contextmanager
+def pdl_mode(mode: int):
+    """Launch with PDL ``mode`` inside the block (benchmarks, tests); plans made inside or
+    before it are dropped at both ends, so each side plans with its own mode."""
+    global PDL
+    before = PDL
+    PDL = mode
+    _PLANS.clear()
+    _FAST_PLANS.clear()
+    try:
+        yield
+    finally:
+        PDL = before
+        _PLANS.clear()
+        _FAST_PLANS.clear()
 
 
 def _raw_stream(device: torch.device) -> int:
