@@ -61,12 +61,12 @@ def frames_compiled() -> int:
     return sum(torch._dynamo.utils.counters["frames"].values())
 
 
-def write_rows(path: str, rows: list, **extra) -> None:
+def write_rows(path: str, rows: list) -> None:
     """A bench script's rows as JSON, with the date, the GPU and the torch and triton versions."""
     import torch
     import triton
 
     result = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
-              "torch": torch.__version__, "triton": triton.__version__, **extra, "rows": rows}  # fmt: skip
+              "torch": torch.__version__, "triton": triton.__version__, "rows": rows}  # fmt: skip
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
