@@ -170,6 +170,18 @@ def test_dependent_launch_waits_before_the_first_memory_access():
     assert none_wait == none_end  # no griddepcontrol without PDL
 
 
+def test_pdl_mode_is_scoped_and_replans():
+    a, b = operand(40, 48, torch.float16), operand(48, 24, torch.float16)
+    impl.mm_launch(a, b)
+    before = impl.PDL
+    with impl.pdl_mode(2):
+        assert impl.PDL == 2 and not impl._PLANS and not impl._FAST_PLANS
+        impl.mm_launch(a, b)
+        # Never on the CPU (the interpreter runs no griddepcontrol).
+        assert all(p.pdl == (2 if p.device.type == "cuda" else 0) for p in impl._PLANS.values())
+    assert impl.PDL == before and not impl._PLANS and not impl._FAST_PLANS
+
+
 @pytest.mark.parametrize("hint", ["hint", "none"])
 def test_divisor_turns_element_loads_into_cp_async(hint):
     """Compiled for sm_90 on the CPU (Triton's own ptxas): with K = 500 and rows of 3000
@@ -297,8 +309,8 @@ def test_tma_kernel_pointer_store(cfg):
     assert buf[:, N].isnan().all()  # the column past N is untouched
 
 
-def _stream_region(device=DEVICE):
-    dev = torch.device(device)
+def _stream_region():
+    dev = torch.empty(0, device=DEVICE).device  # with its index, as the launcher's operands have
     return split_k._by_stream[(dev.type, dev.index or 0, impl._raw_stream(dev))]
 
 
@@ -908,13 +920,15 @@ def test_split_k_under_cuda_graph_capture(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", [1, 2])
-def test_dependent_launch_reads_what_the_kernel_before_wrote(monkeypatch, mode):
+def test_dependent_launch_reads_what_the_kernel_before_wrote(mode):
     """PDL is off by default (ops/matmul.py says why); when on, each launch must still see its
     predecessor's writes: a chain where every operand was just written by the kernel before
     (torch's, then the plugin's own, split-K and not), eager and under a CUDA graph."""
-    monkeypatch.setattr(impl, "PDL", mode)
-    impl._PLANS.clear()
-    impl._FAST_PLANS.clear()
+    with impl.pdl_mode(mode):
+        _run_dependent_chain(mode)
+
+
+def _run_dependent_chain(mode):
     dt = torch.bfloat16
     x = randn(16, 4096, dtype=dt)
     w1, w2 = randn(4096, 4096, dtype=dt) / 64, randn(1024, 4096, dtype=dt).t() / 64
@@ -940,8 +954,6 @@ def test_dependent_launch_reads_what_the_kernel_before_wrote(monkeypatch, mode):
         torch.cuda.synchronize()
         assert_matmul_close(h, x, w1)
         assert_matmul_close(y, h, w2)
-    impl._PLANS.clear()
-    impl._FAST_PLANS.clear()
 
 
 @pytest.mark.gpu
