@@ -29,7 +29,9 @@ The counters are allocated outside CUDA-graph memory pools. CUDA-graph trees
 graph up into their private pool (``torch._inductor.cudagraph_trees._use_cuda_memory_pool_manager``,
 ``torch._C._cuda_beginAllocateCurrentThreadToPool``) and reject any tensor still alive there
 afterwards that is not a graph output ("Detected 1 tensor(s) in the cudagraph pool not tracked
-as outputs"). So the long-lived counters are allocated, and zeroed, on a short-lived thread of
+as outputs"; warm-up moved into the pool in pytorch/pytorch#96433, and the same problem for
+cuBLAS's cached workspaces was pytorch/pytorch#194109, closed: warm-up and capture are to stay
+on one thread). So the long-lived counters are allocated, and zeroed, on a short-lived thread of
 their own, on a stream of their own, which the launching thread waits for. That thread
 synchronizes its stream once per region or reserve chunk; if another thread is capturing a
 CUDA graph in torch's default "global" capture mode at that moment, CUDA refuses the call and
