@@ -27,6 +27,7 @@ from inductor_mm_plugin.kernels.configs import (
     candidate_configs,
     heuristic_config,
     k_per_split,
+    persistent_programs,
     smem_bytes,
 )
 from inductor_mm_plugin.kernels.matmul import _divmod, _tile_coords, _tile_coords_int
@@ -238,7 +239,7 @@ else:
         dataclasses.replace(INTERPRETER_TMA, epilogue_subtile=False, flatten=True),
         dataclasses.replace(INTERPRETER_TMA, split_k=3),
         dataclasses.replace(INTERPRETER_TMA, split_k=4, epilogue_subtile=False, group_m=1),
-        # NUM_SMS x 2 and x 3 programs: fewer tiles per program, split-K slices of one tile
+        # SMs x 2 and x 3 programs: fewer tiles per program, split-K slices of one tile
         # spread differently over programs.
         dataclasses.replace(INTERPRETER_TMA, programs_per_sm=2),
         dataclasses.replace(INTERPRETER_TMA, split_k=3, epilogue_subtile=False, programs_per_sm=3),
@@ -796,7 +797,43 @@ def test_programs_per_sm_multiplies_the_persistent_grid():
     cfg = dataclasses.replace(INTERPRETER_TMA, block_m=16, block_n=16, programs_per_sm=2)
     plan = impl._launch(a, b, torch.empty(64, 64, dtype=torch.float16, device=DEVICE), config=cfg)
     sms = impl._num_sms(a.device)
-    assert plan.grid == (min(2 * sms, 16),) and plan.consts[14] == 2 * sms
+    assert plan.grid == (persistent_programs(16, 2 * sms),) and plan.mid[5] == plan.grid[0]
+
+
+@pytest.mark.parametrize(
+    "items,programs,expected",
+    [(512, 132, 128), (528, 132, 132), (1792, 132, 128), (3584, 132, 128), (3696, 132, 132), (133, 132, 67),
+     (64, 132, 64), (0, 132, 1), (1, 132, 1), (5, 4, 3), (9, 4, 3), (8, 4, 4)],
+)  # fmt: skip
+def test_persistent_programs_spread_work_evenly(items, programs, expected):
+    assert persistent_programs(items, programs) == expected
+
+
+def test_persistent_programs_are_the_fewest_for_the_fewest_rounds():
+    for items, programs in itertools.product(range(1, 300), (1, 4, 7, 132)):
+        n = persistent_programs(items, programs)
+        rounds = -(-items // programs)
+        assert 1 <= n <= programs and -(-items // n) == rounds, (items, programs, n)
+        assert n == 1 or -(-items // (n - 1)) > rounds, (items, programs, n)
+
+
+@pytest.mark.parametrize("m_tiles,n_tiles,split", [(1, 5, 1), (3, 3, 1), (2, 3, 1), (3, 3, 3), (5, 2, 2), (1, 1, 1)])
+@pytest.mark.parametrize("flatten", [False, True])
+def test_fewer_programs_than_sms_cover_every_tile(m_tiles, n_tiles, split, flatten):
+    """Work items that do not fill whole rounds of the SMs: the grid shrinks (5 items on 4
+    SMs: 3 programs) and the kernel's loop strides by the grid, so every tile and K slice is
+    computed exactly once; an unwritten tile stays NaN, a slice added twice is off by far
+    more than the bound."""
+    cfg = dataclasses.replace(INTERPRETER_TMA, block_m=16, block_n=16, split_k=split, flatten=flatten)
+    if HAS_CUDA:
+        cfg = dataclasses.replace(cfg, num_stages=3)
+    M, N, K = 16 * m_tiles - 3, 16 * n_tiles - 8, 48
+    a, b = operand(M, K, torch.float16), operand(K, N, torch.float16, transposed=True)
+    out = poisoned(M, N, dtype=torch.float16)
+    plan = impl._launch(a, b, out, config=cfg)
+    items = m_tiles * n_tiles * split
+    assert plan.grid == (persistent_programs(items, impl._num_sms(a.device)),) and plan.mid[5] == plan.grid[0]
+    assert_matmul_close(out, a, b)
 
 
 # -------------------------------------------------------------------------- GPU only

@@ -18,7 +18,7 @@ from torch.testing import FileCheck
 from inductor_mm_plugin.inductor import template
 from inductor_mm_plugin.inductor.routing import record_sites
 from inductor_mm_plugin.kernels import configs
-from inductor_mm_plugin.kernels.configs import MatmulConfig
+from inductor_mm_plugin.kernels.configs import MatmulConfig, persistent_programs
 from inductor_mm_plugin.kernels.matmul import _matmul_kernel, _tile_coords_int
 from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile
 from inductor_mm_plugin.ops.matmul import _Plan
@@ -64,6 +64,9 @@ def test_tma_template_mirrors_the_tma_kernel():
     kernel = _source(_matmul_kernel_tma) + _source(_tile_coords_int) + _source(_store_tile)
     for batch_offset in ("bid * M + ", "bid * N + ", "bid * K + "):  # the template has no batch
         kernel = kernel.replace(batch_offset, "")
+    # The eager kernel's program count is an argument (it varies with the shape); the
+    # template's a constant, NUM_SMS, the name Inductor's persistent_mm_grid reads.
+    kernel = kernel.replace("num_programs", "NUM_SMS")
     lines = [
         "num_pid_m = tl.cdiv(M, BLOCK_M)",
         "work_c = start - NUM_SMS",
@@ -138,11 +141,17 @@ def test_tma_template_leaves_fp32_to_the_pointer_template():
     assert template.tma_configs(4096, 4096, 4096, torch.float32, True, True, 132) == []
 
 
-def test_tma_template_runs_as_many_programs_as_the_eager_kernel():
-    """NUM_SMS of the template is the eager kernel's: SMs x programs_per_sm."""
-    cfg = MatmulConfig("tma", 64, 64, 64, programs_per_sm=2)
-    assert template._tma_kwargs(cfg, True, False, 132)["NUM_SMS"] == 264
-    assert template._tma_kwargs(dataclasses.replace(cfg, programs_per_sm=1), True, False, 132)["NUM_SMS"] == 132
+@pytest.mark.parametrize("m,n", [(8192, 8192), (4096, 4096), (4224, 4096), (2048, 14336), (100, 300)])
+@pytest.mark.parametrize("per_sm", [1, 2])
+def test_tma_template_runs_as_many_programs_as_the_eager_kernel(m, n, per_sm):
+    """NUM_SMS of the template is the eager kernel's program count for the same tiles: at
+    most SMs x programs_per_sm, fewer where that spreads the tiles more evenly."""
+    cfg = MatmulConfig("tma", 64, 64, 64, programs_per_sm=per_sm)
+    tiles = -(-m // 64) * -(-n // 64)
+    assert template._tma_kwargs(cfg, True, False, 132, m, n)["NUM_SMS"] == persistent_programs(tiles, 132 * per_sm)
+    big = MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True)
+    kwargs = template._tma_kwargs(big, True, False, 132, 4096, 4096)  # 512 tiles: 128 programs of 4
+    assert kwargs["NUM_SMS"] == 128
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 14336, 4096), (128, 4096, 4096), (8192, 14336, 4096), (1000, 1000, 1000)])

@@ -10,7 +10,7 @@ Two templates, each the algorithm of one eager kernel:
 
 * ``inductor_mm_plugin_mm_tma`` (``TMA_SOURCE``), the persistent TMA kernel
   (``kernels/matmul_tma.py``, ``_matmul_kernel_tma``) without split-K: ``NUM_SMS``
-  programs loop over grouped output tiles, operands read through device-side TMA
+  programs (the eager kernel's count, ``configs.persistent_programs``) loop over grouped output tiles, operands read through device-side TMA
   descriptors in their storage order. Used for fp16/bf16 when both operands qualify for
   TMA (Inductor's own ``can_use_tma``) and every size and stride is static; its config is
   the eager kernel's heuristic pick for the same problem (``kernels/configs.py``).
@@ -263,11 +263,12 @@ def swiglu_template_applies(x, w_gate, w_up, layout) -> bool:
 def append_swiglu_choices(choices: list, x, w_gate, w_up, layout, *, compete=False) -> None:
     """Append the SwiGLU template's choices (``swiglu_template_applies`` must hold)."""
     a_kmajor, b_kmajor, num_sms = _tma_operands(x, w_gate, layout)
+    m, n = (compat.V.graph.sizevars.size_hint(d) for d in layout.size)  # static (swiglu_template_applies)
     for cfg in SWIGLU_COMPETE_CONFIGS if compete else [SWIGLU_CONFIG]:
         if swiglu_smem_bytes(cfg, layout.dtype.itemsize) <= _TEMPLATE_SMEM_BUDGET:
             plugin_swiglu_template().maybe_append_choice(
                 choices, input_nodes=(x, w_gate, w_up), layout=layout,
-                **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms), INPUT_PRECISION=repr(input_precision(layout.dtype)),
+                **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms, m, n), INPUT_PRECISION=repr(input_precision(layout.dtype)),
             )  # fmt: skip
 
 
@@ -375,7 +376,7 @@ _ONE_WAVE_MAX_K = 4096
 def one_tile_per_program(cfg: MatmulConfig, m: int, n: int, k: int, num_sms: int) -> bool:
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     small_tiles = cfg.block_m * cfg.block_n <= 128 * 128
-    programs = num_sms * cfg.programs_per_sm  # the persistent grid, as _tma_kwargs sets NUM_SMS
+    programs = num_sms * cfg.programs_per_sm  # the most programs _tma_kwargs gives NUM_SMS
     return m > configs.SKINNY_MAX_M and k <= _ONE_WAVE_MAX_K and small_tiles and tiles <= programs
 
 
@@ -415,8 +416,13 @@ def _kwargs(cfg: MatmulConfig) -> dict:
     }  # fmt: skip
 
 
-def _tma_kwargs(cfg: MatmulConfig, a_kmajor: bool, b_kmajor: bool, num_sms: int, has_bias: bool = False) -> dict:
-    return {**_kwargs(cfg), "NUM_SMS": num_sms * cfg.programs_per_sm, "FLATTEN": cfg.flatten, "A_KMAJOR": a_kmajor,
+def _tma_kwargs(cfg: MatmulConfig, a_kmajor: bool, b_kmajor: bool, num_sms: int, m: int, n: int,
+                has_bias: bool = False) -> dict:  # fmt: skip
+    # NUM_SMS (the name Inductor's persistent_mm_grid reads) is the program count: as many as
+    # the eager kernel runs for the same tiles (configs.persistent_programs), a constant here
+    # because the TMA templates take static shapes only.
+    programs = configs.persistent_programs(-(-m // cfg.block_m) * -(-n // cfg.block_n), num_sms * cfg.programs_per_sm)
+    return {**_kwargs(cfg), "NUM_SMS": programs, "FLATTEN": cfg.flatten, "A_KMAJOR": a_kmajor,
             "B_KMAJOR": b_kmajor, "EPILOGUE_SUBTILE": cfg.epilogue_subtile, "HAS_BIAS": has_bias}  # fmt: skip
 
 
@@ -453,7 +459,8 @@ def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, 
                     and _known_equal(bias.get_stride()[0], 0))
         for cfg in tma:
             plugin_tma_template().maybe_append_choice(
-                choices, input_nodes=nodes, layout=layout, **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms, has_bias),
+                choices, input_nodes=nodes, layout=layout,
+                **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms, *hints[:2], has_bias),
                 **common, **({} if has_bias else extra),
             )  # fmt: skip
     if tma and not compete:

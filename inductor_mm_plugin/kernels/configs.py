@@ -47,7 +47,7 @@ class MatmulConfig:
     epilogue_subtile: bool = False  # tma only: store the tile as two BLOCK_N / 2 halves
     flatten: bool = False  # tma only: tl.range(flatten=True) over tiles and K steps
     warp_specialize: bool = False  # tma only: tl.range(warp_specialize=True)
-    # tma only: persistent programs per SM (NUM_SMS = SMs x this); above 1, small tiles of a
+    # tma only: persistent programs per SM (at most SMs x this programs); above 1, small tiles of a
     # problem that fills less than a wave run side by side on one SM.
     programs_per_sm: int = 1
 
@@ -209,6 +209,25 @@ def heuristic_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
 def work_items(p: Problem, cfg: MatmulConfig) -> int:
     """The TMA kernel's work items: output tiles times K slices."""
     return _cdiv(p.M, cfg.block_m) * _cdiv(p.N, cfg.block_n) * p.batch * cfg.split_k
+
+
+def persistent_programs(items: int, programs: int) -> int:
+    """How many programs the persistent TMA kernel runs for ``items`` work items, given at
+    most ``programs`` (SMs x programs per SM): the fewest that still finish in as few rounds,
+    so every program gets the same number of items, give or take one.
+
+    Every prefill shape of issue 5's table has a multiple of 128 tiles of 128 x 256, and on the
+    H200's 132 SMs 132 programs gave 4 of them one tile fewer than the rest: no earlier finish
+    (the others set the time), only four more tiles in flight at once against the 700 W power
+    limit and the L2. The same config on 128 programs ran 1-4% faster at 4096 x 4096 x 4096
+    (3.88 rounds of 132), 8192 x 4096 x 4096 (7.76), 4096 x 14336 x 4096 (13.58) and 4096 x
+    28672 x 4096 (27.15), both layouts; where the tiles fill whole rounds of 132 (M = 4224,
+    8448), 132 programs ran 1-15% faster than 128 (bench/wave_quantization.py,
+    bench/results/2026-12-01-NVIDIA_H200-wave-quantization.txt).
+    """
+    if items <= programs:
+        return max(1, items)
+    return _cdiv(items, _cdiv(items, programs))
 
 
 def _one_item_unflattened(p: Problem, cfg: MatmulConfig) -> MatmulConfig:

@@ -30,8 +30,9 @@ BLOCK_M], B [BLOCK_N, BLOCK_K] (K-major) or [BLOCK_K, BLOCK_N], C [BLOCK_M, BLOC
 
 Structure:
 
-* persistent: ``NUM_SMS`` programs loop over work items (output tile x K slice) in grouped
-  (L2-swizzled) tile order; with ``FLATTEN`` the tile loop and the K loop form one software
+* persistent: ``num_programs`` programs (at most one per SM, fewer where that spreads the
+  work items more evenly: configs.persistent_programs) loop over work items (output tile x
+  K slice) in grouped (L2-swizzled) tile order; with ``FLATTEN`` the tile loop and the K loop form one software
   pipeline, so the next tile's loads overlap this tile's epilogue;
 * split-K (``SPLIT_K > 1``): each work item computes one K slice; every slice stores its
   fp32 partial tile in a workspace and bumps the tile's counter; the last slice to arrive
@@ -53,7 +54,7 @@ Known gaps: ``WARP_SPECIALIZE`` exists as a config option and, on the H200 with 
 does warp-specialize the loop (8 warps, ``FLATTEN`` off; 4 warps fail in the
 NVGPUWarpSpecialization pass), but interleaved timing put it within 3% of the flattened
 loop (bench/results/2026-11-29-NVIDIA_H200-ab-configs.json), so no heuristic config sets it;
-``programs_per_sm`` (NUM_SMS = SMs x programs per SM) likewise: smaller tiles two to four per
+``programs_per_sm`` (up to SMs x programs per SM programs) likewise: smaller tiles two to four per
 SM were no faster at 768-1024 cubed (bench/results/*-sweep-odd-per-sm.json);
 fp32 with an N-major B, through registers, reaches 0.80-0.95 of cuBLAS with the loop
 unflattened (flattened: 0.54-0.67; configs._heuristic_tma_fp32); ``PDL`` (programmatic
@@ -119,10 +120,12 @@ def _store_tile(
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+# num_programs varies with the shape (configs.persistent_programs): unspecialized, so that
+# 128 and 132 programs share one compiled kernel.
+@triton.jit(do_not_specialize=["num_programs"])
 def _matmul_kernel_tma(
     a_desc, b_desc, c_desc, c_ptr, bias_ptr, ws_ptr, lock_ptr,
-    M, N, K, k_per_split, BATCH,
+    M, N, K, k_per_split, BATCH, num_programs,
     stride_cb, stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta,
     A_KMAJOR: tl.constexpr,
@@ -137,7 +140,6 @@ def _matmul_kernel_tma(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr,
-    NUM_SMS: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr,
     FLATTEN: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
@@ -154,9 +156,9 @@ def _matmul_kernel_tma(
     k_tiles = tl.cdiv(k_per_split, BLOCK_K)
     # With FLATTEN the epilogue recomputes its tile from its own counter rather than carrying
     # the prologue's values across the flattened loop (as tutorial 09 does).
-    work_c = start - NUM_SMS
+    work_c = start - num_programs
 
-    for work in tl.range(start, num_work, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+    for work in tl.range(start, num_work, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         tile = work // SPLIT_K
         k_start = (work % SPLIT_K) * k_per_split
         bid, pid_m, pid_n = _work_coords(tile, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M)
@@ -190,7 +192,7 @@ def _matmul_kernel_tma(
             acc = tl.trans(acc)
 
         if FLATTEN:
-            work_c += NUM_SMS
+            work_c += num_programs
             tile_c = work_c // SPLIT_K
             bid_c, pid_m, pid_n = _work_coords(tile_c, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M)
             off_m = pid_m * BLOCK_M

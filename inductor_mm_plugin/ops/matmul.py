@@ -32,7 +32,15 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..kernels import tuning
-from ..kernels.configs import MatmulConfig, Problem, batch_fits, candidate_configs, heuristic_config, k_per_split
+from ..kernels.configs import (
+    MatmulConfig,
+    Problem,
+    batch_fits,
+    candidate_configs,
+    heuristic_config,
+    k_per_split,
+    persistent_programs,
+)
 from ..kernels.matmul import _matmul_kernel, interpreter_defect, interpreting
 from ..kernels.matmul_tma import _matmul_kernel_tma
 from . import split_k
@@ -388,15 +396,14 @@ class _Plan:
             # TF32 wgmma reads only K-major operands from shared memory; an N-major B goes
             # through registers instead, as the first operand (see the kernel).
             swap_ab = tf32 and a_kmajor and not b_kmajor
-            programs = p.num_sms * cfg.programs_per_sm
-            self.grid = (max(1, min(programs, self.num_tiles * cfg.split_k)),)
+            self.grid = (persistent_programs(self.num_tiles * cfg.split_k, p.num_sms * cfg.programs_per_sm),)
             # A stacked batch's TMA store would spill a partial tile into the next matrix.
             c_tma = self.c_tma = c_tma and (p.batch == 1 or p.M % cfg.block_m == 0)
             self.consts = (
                 a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["BIAS_MODE"], flags["SCALE_ACC"],
                 flags["INPUT_PRECISION"], swap_ab, flags["INTERPRETER_BF16"],
                 cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.split_k,
-                programs, cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize, self.pdl,
+                cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize, self.pdl,
             )  # fmt: skip
         else:
             self.grid = (self.num_tiles,)
@@ -420,7 +427,7 @@ class _Plan:
             ocb = out.stride(0) if out.dim() == 3 else 0
             bsm, bsn = bias.stride()[-2:] if self.has_bias else (0, 0)
             kps = k_per_split(p.K, cfg.block_k, cfg.split_k)
-            return (p.M, p.N, p.K, kps, p.batch, ocb, ldc, ocn, bsm, bsn)
+            return (p.M, p.N, p.K, kps, p.batch, self.grid[0], ocb, ldc, ocn, bsm, bsn)
         sa = a.stride() if a.dim() == 3 else (0, *a.stride())
         sb = b.stride() if b.dim() == 3 else (0, *b.stride())
         so = out.stride() if out.dim() == 3 else (0, *out.stride())
