@@ -2,6 +2,7 @@
 
     python bench/ab_configs.py --rounds 5 --out $OUT            # bf16: warp specialization
     python bench/ab_configs.py --set fp32 --rounds 3 --out $OUT # TF32 tile shapes
+    python bench/ab_configs.py --set groups --rounds 3 --out $OUT  # GROUP_M on prefill shapes
 
 A sweep (``sweep_configs.py``) times each config once, one after the other; on the H200 two
 sweeps of the same configs minutes apart disagreed by up to 18% on the same shape (sustained
@@ -70,7 +71,22 @@ FP32_CANDIDATES = {
 }
 FP32_SHAPES = [(4096, 4096, 4096, "row"), (4096, 4096, 4096, "linear"), (8192, 4096, 4096, "row"),
                (8192, 4096, 4096, "linear")]  # fmt: skip
-SETS = {"ws": (CANDIDATES, SHAPES), "fp32": (FP32_CANDIDATES, FP32_SHAPES)}
+# Tile groups (GROUP_M row tiles per L2 group) on the prefill shapes, now that these run 128
+# programs (configs.persistent_programs): at N = 4096 a group of 8 x 16 tiles of 128 x 256 is
+# exactly one round of 128 programs; at N = 6144, 14336 and 28672 a group spans 1.5, 3.5 and 7
+# rounds.
+GROUP_CANDIDATES = {
+    "g8 (heuristic)": HEURISTIC_LLM,
+    "g4": T("tma", 128, 256, 64, 4, 8, 3, flatten=True),
+    "g16": T("tma", 128, 256, 64, 16, 8, 3, flatten=True),
+    "g32": T("tma", 128, 256, 64, 32, 8, 3, flatten=True),
+}
+GROUP_SHAPES = [
+    (4096, 4096, 4096, "row"), (2048, 6144, 4096, "row"), (8192, 6144, 4096, "linear"), (16384, 6144, 4096, "row"),
+    (4096, 14336, 4096, "row"), (8192, 14336, 4096, "linear"), (4096, 28672, 4096, "row"),
+    (8192, 4096, 14336, "linear"), (2048, 4096, 11008, "row"),
+]  # fmt: skip
+SETS = {"ws": (CANDIDATES, SHAPES), "fp32": (FP32_CANDIDATES, FP32_SHAPES), "groups": (GROUP_CANDIDATES, GROUP_SHAPES)}
 
 
 def operands(M, N, K, layout, dtype):
