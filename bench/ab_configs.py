@@ -86,7 +86,11 @@ GROUP_SHAPES = [
     (4096, 14336, 4096, "row"), (8192, 14336, 4096, "linear"), (4096, 28672, 4096, "row"),
     (8192, 4096, 14336, "linear"), (2048, 4096, 11008, "row"),
 ]  # fmt: skip
-SETS = {"ws": (CANDIDATES, SHAPES), "fp32": (FP32_CANDIDATES, FP32_SHAPES), "groups": (GROUP_CANDIDATES, GROUP_SHAPES)}
+LLM_SHAPES = [(m, n, k, layout) for m in (2048, 4096, 8192, 16384)
+              for n, k in ((4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (4096, 11008))
+              for layout in ("row", "linear")]  # fmt: skip
+SETS = {"ws": (CANDIDATES, SHAPES), "fp32": (FP32_CANDIDATES, FP32_SHAPES), "groups": (GROUP_CANDIDATES, GROUP_SHAPES),
+        "groups-llm": (GROUP_CANDIDATES, LLM_SHAPES)}  # fmt: skip
 
 
 def operands(M, N, K, layout, dtype):
