@@ -195,6 +195,66 @@ def test_divisor_turns_element_loads_into_cp_async(hint):
         assert divisor == 1 and cp_async == 0 and element_loads > 0
 
 
+_PTX_OF_THE_TMA_KERNEL = r"""
+import re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma
+
+# A decode-shaped config, A K-major, B N-major, C through a TMA store or through pointers.
+c_tma, prefetch = sys.argv[1] == "c_tma", int(sys.argv[2])
+BM, BN, BK = 64, 32, 256
+descs = {"a_desc": f"tensordesc<bf16[{BM}, {BK}]>", "b_desc": f"tensordesc<bf16[{BK}, {BN}]>"}
+if c_tma:
+    descs["c_desc"] = f"tensordesc<bf16[{BM}, {BN}]>"
+consts = dict(A_KMAJOR=True, B_KMAJOR=False, C_TMA=c_tma, HAS_BIAS=False, BIAS_MODE="mn", SCALE_ACC=False,
+              INPUT_PRECISION="ieee", SWAP_AB=False, INTERPRETER_BF16=False, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK,
+              GROUP_M=1, SPLIT_K=1, EPILOGUE_SUBTILE=False, FLATTEN=False, WARP_SPECIALIZE=False, PDL=0,
+              PREFETCH=prefetch, BATCH=1)
+sig = {}
+for name in _matmul_kernel_tma.arg_names:
+    if name in consts:
+        sig[name] = "constexpr"
+    elif name in descs:
+        sig[name] = descs[name]
+    elif name.endswith(("_ptr", "_desc")):
+        sig[name] = "*fp32" if name == "ws_ptr" else "*i32" if name == "lock_ptr" else "*bf16"
+    else:
+        sig[name] = "fp32" if name in ("alpha", "beta") else "i32"
+src = triton.compiler.ASTSource(_matmul_kernel_tma, sig, consts, {})
+ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=4)).asm["ptx"]
+# The parameter behind each register: `mov.b64 %rdN, <param>` then `cvta.param.u64 %rdM, %rdN`.
+param_of = {m[1]: m[2] for m in re.finditer(r"mov\.b64\s+(%rd\d+), (_matmul_kernel_tma_param_\d+);", ptx)}
+for m in re.finditer(r"cvta\.param\.u64\s+(%rd\d+), (%rd\d+);", ptx):
+    param_of[m[1]] = param_of.get(m[2], m[2])
+copies = sorted({param_of.get(r, r) for r in re.findall(r"cp\.async\.bulk\.tensor[^\n]*?\[(%rd\d+), \{", ptx)})
+prefetched = sorted(re.findall(r"prefetch\.param\.tensormap \[(\w+)\]", ptx))
+first_copy = ptx.find("cp.async.bulk.tensor")
+last_prefetch = max((m.end() for m in re.finditer(r"prefetch\.param\.tensormap", ptx)), default=-1)
+print(" ".join(copies), "|", " ".join(prefetched), "|", int(last_prefetch < first_copy))
+"""
+
+
+@pytest.mark.parametrize("c_tma", [True, False])
+def test_tma_kernel_prefetches_the_descriptors_its_copies_read(c_tma):
+    """Compiled for sm_90 on the CPU: the prefetched parameters (_prefetch_descriptors names
+    them, triton's expansion of a descriptor argument fixes them) are exactly those the TMA
+    copies read, and the prefetches come first."""
+    import subprocess
+    import sys
+
+    prefetch = 3 if c_tma else 2  # what the launcher passes on the GPU (ops/matmul.py, _Plan)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    args = ["c_tma" if c_tma else "c_ptr", str(prefetch)]
+    res = subprocess.run([sys.executable, "-c", _PTX_OF_THE_TMA_KERNEL, *args], env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    if res.returncode != 0 and ("ptxas" in res.stderr or "NVPTX" in res.stderr):
+        pytest.skip(f"this Triton cannot compile for sm_90 here: {res.stderr.strip().splitlines()[-1]}")
+    assert res.returncode == 0, res.stderr
+    copies, prefetched, first = (part.split() for part in res.stdout.split("|"))
+    assert len(copies) == prefetch and copies == prefetched and first == ["1"], res.stdout
+
+
 def test_tma_path_for_stacked_batches_in_any_orientation():
     dt = torch.bfloat16
     B, M, N, K = 3, 24, 16, 40

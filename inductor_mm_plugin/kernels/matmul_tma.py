@@ -81,6 +81,32 @@ def _via_registers(x):
 
 
 @triton.jit
+def _prefetch_descriptors(PREFETCH: tl.constexpr):
+    """Start fetching the first ``PREFETCH`` descriptors (A, B, then C) into the SM's tensormap
+    cache at once, rather than when the first TMA copy through each needs it, as CUTLASS's
+    Hopper kernels do (``prefetch_tma_descriptor``); Triton 3.6 emits no such prefetch. GPU
+    only (inline PTX): the launcher passes 0 in the interpreter.
+
+    The PTX names the descriptor parameters: a 2-D host-side descriptor argument becomes five
+    kernel parameters (the tensormap, then its shape and strides; triton 3.6 and 3.7,
+    backends/nvidia/driver.py, expand_signature), and A, B and C are the first three
+    arguments, so their tensormaps are parameters 0, 5 and 10. tests/test_kernel_paths.py
+    compiles the kernel for sm_90 and checks that these are the parameters its TMA copies read.
+    """
+    if PREFETCH == 2:
+        tl.inline_asm_elementwise(
+            "prefetch.param.tensormap [_matmul_kernel_tma_param_0];\n\t"
+            "prefetch.param.tensormap [_matmul_kernel_tma_param_5];\n\tmov.u32 $0, 0;",
+            "=r", [], dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
+    elif PREFETCH == 3:
+        tl.inline_asm_elementwise(
+            "prefetch.param.tensormap [_matmul_kernel_tma_param_0];\n\t"
+            "prefetch.param.tensormap [_matmul_kernel_tma_param_5];\n\t"
+            "prefetch.param.tensormap [_matmul_kernel_tma_param_10];\n\tmov.u32 $0, 0;",
+            "=r", [], dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
+
+
+@triton.jit
 def _work_coords(tile, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M: tl.constexpr):
     """(matrix, row tile, column tile) of a work item's output tile."""
     if isinstance(BATCH, tl.tensor):
@@ -144,7 +170,9 @@ def _matmul_kernel_tma(
     FLATTEN: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
     PDL: tl.constexpr,  # programmatic dependent launch (kernels/matmul.py, _dependent_launch)
+    PREFETCH: tl.constexpr,  # descriptors to prefetch (_prefetch_descriptors): 0, 2 (A, B) or 3 (and C)
 ):  # fmt: skip
+    _prefetch_descriptors(PREFETCH)
     _dependent_launch(PDL)
     SUB_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
 

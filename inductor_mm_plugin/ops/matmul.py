@@ -339,6 +339,12 @@ def pdl_mode(mode: int):
         _FAST_PLANS.clear()
 
 
+# The TMA kernel prefetches its descriptors into the tensormap cache as it starts
+# (kernels/matmul_tma.py, _prefetch_descriptors). A switch for bench/ab_prefetch.py; plans
+# keep the setting they were made with.
+PREFETCH_DESCRIPTORS = True
+
+
 def _raw_stream(device: torch.device) -> int:
     """The current stream's handle (what a launch goes on); 0 on the CPU (the interpreter)."""
     return torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
@@ -399,11 +405,12 @@ class _Plan:
             self.grid = (persistent_programs(self.num_tiles * cfg.split_k, p.num_sms * cfg.programs_per_sm),)
             # A stacked batch's TMA store would spill a partial tile into the next matrix.
             c_tma = self.c_tma = c_tma and (p.batch == 1 or p.M % cfg.block_m == 0)
+            prefetch = 0 if interpreting() or not PREFETCH_DESCRIPTORS else 3 if c_tma else 2
             self.consts = (
                 a_kmajor, b_kmajor, c_tma, flags["HAS_BIAS"], flags["BIAS_MODE"], flags["SCALE_ACC"],
                 flags["INPUT_PRECISION"], swap_ab, flags["INTERPRETER_BF16"],
                 cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.split_k,
-                cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize, self.pdl,
+                cfg.epilogue_subtile, cfg.flatten, cfg.warp_specialize, self.pdl, prefetch,
             )  # fmt: skip
         else:
             self.grid = (self.num_tiles,)
