@@ -53,6 +53,14 @@ def sm_clock() -> str:
         return f"nvidia-smi: {e}"
 
 
+def header() -> str:
+    """The GPU and the torch and triton versions, for a bench script's first line."""
+    import torch
+    import triton
+
+    return f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
+
+
 def frames_compiled() -> int:
     """Frames Dynamo has compiled so far in this process: the same before and after a timed
     region when nothing recompiled inside it (a recompile there would be timed too)."""

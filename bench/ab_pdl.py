@@ -19,7 +19,7 @@ import sys
 import torch
 import triton
 import triton.testing
-from _timing import median, rounds, write_rows
+from _timing import header, median, rounds, write_rows
 
 import inductor_mm_plugin  # noqa: F401
 from inductor_mm_plugin.ops import matmul as impl
@@ -38,8 +38,7 @@ def main() -> int:
     p.add_argument("--shapes", nargs="+", help="MxNxK ... (default: a decode and small set)")
     args = p.parse_args()
     torch.manual_seed(0)
-    props = torch.cuda.get_device_properties(0)
-    print(f"{props.name}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
+    print(header(), flush=True)
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes] if args.shapes else SHAPES
     rows = []
     for M, N, K in shapes:

@@ -19,7 +19,7 @@ import math
 import torch
 import triton
 import triton.testing
-from _timing import median, rounds, sm_clock, write_rows
+from _timing import header, median, rounds, sm_clock, write_rows
 
 import inductor_mm_plugin  # noqa: F401
 from inductor_mm_plugin.ops import matmul as impl
@@ -35,7 +35,7 @@ def main() -> int:
     p.add_argument("--shapes", nargs="+", help="MxNxK ... (default: the skinny class, 768^3, 1000^3)")
     args = p.parse_args()
     torch.manual_seed(0)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
+    print(header(), flush=True)
     print("clock at start:", sm_clock(), flush=True)
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes] if args.shapes else SHAPES
     rows, gains = [], []
@@ -51,19 +51,12 @@ def main() -> int:
                     if prefetch is None:
                         return 1e3 * triton.testing.do_bench_cudagraph(lambda: torch.mm(a, b), rep=30,
                                                                         return_mode="median")  # fmt: skip
-                    impl.PREFETCH_DESCRIPTORS = prefetch
-                    impl._PLANS.clear()
-                    impl._FAST_PLANS.clear()
-                    try:
+                    with impl.launcher_setting("PREFETCH_DESCRIPTORS", prefetch):
                         out = torch.ops.inductor_mm_plugin.mm(a, b)
                         err = float((out.float() - ref.float()).norm() / ref.float().norm())
                         assert err < 1e-2, (prefetch, err)
                         fn = lambda: torch.ops.inductor_mm_plugin.mm(a, b)  # noqa: E731
                         return 1e3 * triton.testing.do_bench_cudagraph(fn, rep=30, return_mode="median")
-                    finally:
-                        impl.PREFETCH_DESCRIPTORS = True
-                        impl._PLANS.clear()
-                        impl._FAST_PLANS.clear()
 
                 return run
 

@@ -21,7 +21,7 @@ import argparse
 import torch
 import triton
 import triton.testing
-from _timing import median, rounds, sm_clock, write_rows
+from _timing import header, median, rounds, sm_clock, write_rows
 
 import inductor_mm_plugin  # noqa: F401
 from inductor_mm_plugin.ops import matmul as impl
@@ -51,7 +51,7 @@ def main() -> int:
     p.add_argument("--shapes", nargs="+", default=["probe"], help="probe, llm, or MxNxK ...")
     args = p.parse_args()
     torch.manual_seed(0)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
+    print(header(), flush=True)
     print("clock at start:", sm_clock(), flush=True)
     sms = impl._num_sms(torch.device("cuda", 0))
     balanced = impl.persistent_programs
@@ -69,21 +69,15 @@ def main() -> int:
                 out = torch.empty_like(ref)
 
                 def run():
-                    if one_per_sm:  # the launcher's rule before configs.persistent_programs
-                        impl.persistent_programs = lambda items, programs: max(1, min(items, programs))
-                    impl._PLANS.clear()
-                    impl._FAST_PLANS.clear()
-                    try:
+                    # one_per_sm: the launcher's rule before configs.persistent_programs
+                    rule = (lambda items, programs: max(1, min(items, programs))) if one_per_sm else balanced
+                    with impl.launcher_setting("persistent_programs", rule):
                         plan = impl._launch(a, b, out, config=cfg)
                         err = float((out.float() - ref.float()).norm() / ref.float().norm())
                         assert err < 1e-2, (one_per_sm, err)
                         grids.setdefault(one_per_sm, plan.grid[0])
                         return 1e3 * triton.testing.do_bench(lambda: impl._launch(a, b, out, config=cfg),
                                                              return_mode="median")  # fmt: skip
-                    finally:
-                        impl.persistent_programs = balanced
-                        impl._PLANS.clear()
-                        impl._FAST_PLANS.clear()
 
                 return run
 

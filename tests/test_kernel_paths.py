@@ -183,6 +183,28 @@ def test_pdl_mode_is_scoped_and_replans():
     assert impl.PDL == before and not impl._PLANS and not impl._FAST_PLANS
 
 
+def test_launcher_setting_is_checked_scoped_and_replans():
+    with pytest.raises(ValueError, match="expected one of PDL, PREFETCH_DESCRIPTORS, persistent_programs, got 'NUM_SMS'"):
+        with impl.launcher_setting("NUM_SMS", 1):
+            pass
+    M, N, K = 64, 64, 48  # 16 tiles of 16 x 16
+    a, b = operand(M, K, torch.float16), operand(K, N, torch.float16, transposed=True)
+    cfg = dataclasses.replace(INTERPRETER_TMA, block_m=16, block_n=16)
+    impl._launch(a, b, poisoned(M, N, dtype=torch.float16), config=cfg)
+    with impl.launcher_setting("persistent_programs", lambda items, programs: 1):
+        assert not impl._PLANS and not impl._FAST_PLANS
+        out = poisoned(M, N, dtype=torch.float16)
+        plan = impl._launch(a, b, out, config=cfg)
+        assert plan.grid == (1,) and plan.mid[5] == 1  # one program strides over all 16 tiles
+        assert_matmul_close(out, a, b)
+    assert impl.persistent_programs is persistent_programs and not impl._PLANS
+    on_gpu = a.device.type == "cuda"
+    assert impl._launch(a, b, torch.empty(M, N, dtype=torch.float16, device=DEVICE), config=cfg).consts[-1] == (
+        3 if on_gpu else 0)  # prefetch A, B and C's descriptors; never in the interpreter
+    with impl.launcher_setting("PREFETCH_DESCRIPTORS", False):
+        assert impl._launch(a, b, torch.empty(M, N, dtype=torch.float16, device=DEVICE), config=cfg).consts[-1] == 0
+
+
 @pytest.mark.parametrize("hint", ["hint", "none"])
 def test_divisor_turns_element_loads_into_cp_async(hint):
     """Compiled for sm_90 on the CPU (Triton's own ptxas): with K = 500 and rows of 3000

@@ -322,26 +322,42 @@ def _pdl(device: torch.device) -> int:
     return PDL if ok else 0
 
 
-@contextlib.contextmanager
-def pdl_mode(mode: int):
-    """Launch with PDL ``mode`` inside the block (benchmarks, tests); plans made inside or
-    before it are dropped at both ends, so each side plans with its own mode."""
-    global PDL
-    before = PDL
-    PDL = mode
+def clear_plans() -> None:
+    """Drop every launch plan: the next call of each signature plans again."""
     _PLANS.clear()
     _FAST_PLANS.clear()
+
+
+# What launcher_setting may switch (benchmarks, tests): the PDL mode, the descriptor
+# prefetch, and the persistent kernel's program count (configs.persistent_programs).
+_LAUNCHER_SETTINGS = ("PDL", "PREFETCH_DESCRIPTORS", "persistent_programs")
+
+
+@contextlib.contextmanager
+def launcher_setting(name: str, value):
+    """Launch with the module setting ``name`` set to ``value`` inside the block; plans made
+    inside or before it are dropped at both ends, so each side plans with its own setting."""
+    if name not in _LAUNCHER_SETTINGS:
+        raise ValueError(f"launcher_setting: expected one of {', '.join(_LAUNCHER_SETTINGS)}, got {name!r}")
+    settings = globals()
+    before = settings[name]
+    settings[name] = value
+    clear_plans()
     try:
         yield
     finally:
-        PDL = before
-        _PLANS.clear()
-        _FAST_PLANS.clear()
+        settings[name] = before
+        clear_plans()
+
+
+def pdl_mode(mode: int):
+    """Launch with PDL ``mode`` inside the block (``launcher_setting("PDL", mode)``)."""
+    return launcher_setting("PDL", mode)
 
 
 # The TMA kernel prefetches its descriptors into the tensormap cache as it starts
-# (kernels/matmul_tma.py, _prefetch_descriptors). A switch for bench/ab_prefetch.py; plans
-# keep the setting they were made with.
+# (kernels/matmul_tma.py, _prefetch_descriptors). Switched off in bench/ab_prefetch.py
+# (launcher_setting); plans keep the setting they were made with.
 PREFETCH_DESCRIPTORS = True
 
 
