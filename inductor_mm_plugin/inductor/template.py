@@ -10,8 +10,8 @@ Two templates, each the algorithm of one eager kernel:
 
 * ``inductor_mm_plugin_mm_tma`` (``TMA_SOURCE``), the persistent TMA kernel
   (``kernels/matmul_tma.py``, ``_matmul_kernel_tma``) without split-K: ``NUM_SMS``
-  programs (the eager kernel's count, ``configs.persistent_programs``) loop over grouped output tiles, operands read through device-side TMA
-  descriptors in their storage order. Used for fp16/bf16 when both operands qualify for
+  programs (the eager kernel's count, ``configs.persistent_programs``) loop over grouped
+  output tiles, operands read through device-side TMA descriptors in their storage order. Used for fp16/bf16 when both operands qualify for
   TMA (Inductor's own ``can_use_tma``) and every size and stride is static; its config is
   the eager kernel's heuristic pick for the same problem (``kernels/configs.py``).
 * ``inductor_mm_plugin_mm`` (``SOURCE``), the pointer kernel (``kernels/matmul.py``,
@@ -268,7 +268,8 @@ def append_swiglu_choices(choices: list, x, w_gate, w_up, layout, *, compete=Fal
         if swiglu_smem_bytes(cfg, layout.dtype.itemsize) <= _TEMPLATE_SMEM_BUDGET:
             plugin_swiglu_template().maybe_append_choice(
                 choices, input_nodes=(x, w_gate, w_up), layout=layout,
-                **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms, m, n), INPUT_PRECISION=repr(input_precision(layout.dtype)),
+                **_tma_kwargs(cfg, a_kmajor, b_kmajor, num_sms, m, n),
+                INPUT_PRECISION=repr(input_precision(layout.dtype)),
             )  # fmt: skip
 
 

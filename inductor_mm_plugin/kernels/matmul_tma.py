@@ -32,8 +32,10 @@ Structure:
 
 * persistent: ``num_programs`` programs (at most one per SM, fewer where that spreads the
   work items more evenly: configs.persistent_programs) loop over work items (output tile x
-  K slice) in grouped (L2-swizzled) tile order; with ``FLATTEN`` the tile loop and the K loop form one software
-  pipeline, so the next tile's loads overlap this tile's epilogue;
+  K slice) in grouped (L2-swizzled) tile order; with ``FLATTEN`` the tile loop and the K
+  loop form one software pipeline, so the next tile's loads overlap this tile's epilogue;
+* the descriptors are prefetched into the tensormap cache as the kernel starts
+  (``PREFETCH``, ``_prefetch_descriptors``);
 * split-K (``SPLIT_K > 1``): each work item computes one K slice; every slice stores its
   fp32 partial tile in a workspace and bumps the tile's counter; the last slice to arrive
   adds the others' partials, runs the epilogue and resets the counter to zero, so that the
@@ -54,8 +56,8 @@ Known gaps: ``WARP_SPECIALIZE`` exists as a config option and, on the H200 with 
 does warp-specialize the loop (8 warps, ``FLATTEN`` off; 4 warps fail in the
 NVGPUWarpSpecialization pass), but interleaved timing put it within 3% of the flattened
 loop (bench/results/2026-11-29-NVIDIA_H200-ab-configs.json), so no heuristic config sets it;
-``programs_per_sm`` (up to SMs x programs per SM programs) likewise: smaller tiles two to four per
-SM were no faster at 768-1024 cubed (bench/results/*-sweep-odd-per-sm.json);
+``programs_per_sm`` (up to SMs x programs per SM programs) likewise: smaller tiles two to
+four per SM were no faster at 768-1024 cubed (bench/results/*-sweep-odd-per-sm.json);
 fp32 with an N-major B, through registers, reaches 0.80-0.95 of cuBLAS with the loop
 unflattened (flattened: 0.54-0.67; configs._heuristic_tma_fp32); ``PDL`` (programmatic
 dependent launch, kernels/matmul.py) is off: it sped up back-to-back decode matmuls but slowed a
