@@ -91,14 +91,13 @@ def _prefetch_descriptors(PREFETCH: tl.constexpr):
     prefetched with inline PTX until that API replaced host-side descriptor pointers
     (triton-lang/triton#6465, "could hack around it if this is really needed"; Meta's TLX
     fork since has a prefetch op, facebookexperimental/triton#1182). So the PTX here names
-    the parameters. GPU only: the launcher passes 0 in the interpreter. On the H200 it saved
-    0.3-0.4 us of 4.9 at 768^3 and was within 1% on most decode shapes (bench/ab_prefetch.py).
-
-    The PTX names the descriptor parameters: a 2-D host-side descriptor argument becomes five
-    kernel parameters (the tensormap, then its shape and strides; triton 3.6 and 3.7,
-    backends/nvidia/driver.py, expand_signature), and A, B and C are the first three
-    arguments, so their tensormaps are parameters 0, 5 and 10. tests/test_kernel_paths.py
-    compiles the kernel for sm_90 and checks that these are the parameters its TMA copies read.
+    the parameters: a 2-D host-side descriptor argument becomes five kernel parameters (the
+    tensormap, then its shape and strides; triton 3.6 and 3.7, backends/nvidia/driver.py,
+    expand_signature), and A, B and C are the first three arguments, so their tensormaps are
+    parameters 0, 5 and 10. tests/test_kernel_paths.py compiles the kernel for sm_90 and
+    checks that these are the parameters its TMA copies read. GPU only: the launcher passes 0
+    in the interpreter. On the H200 it saved 0.3-0.4 us of 4.9 at 768^3 and was within 1% on
+    most decode shapes (bench/ab_prefetch.py).
     """
     if PREFETCH == 2:
         tl.inline_asm_elementwise(
