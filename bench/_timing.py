@@ -53,6 +53,20 @@ def sm_clock() -> str:
         return f"nvidia-smi: {e}"
 
 
+def make_operands(M, N, K, dtype, layout, fill=True):
+    """(a, b) on CUDA for ``a @ b``: B row-major (``"row"``), or a transposed (N, K) weight as
+    nn.Linear passes it (``"linear"``); random, or uninitialized with ``fill=False`` (compiling)."""
+    import torch
+
+    new = torch.randn if fill else torch.empty
+    a = new(M, K, device="cuda", dtype=dtype)
+    if layout == "linear":
+        b = new(N, K, device="cuda", dtype=dtype).t()
+    else:
+        b = new(K, N, device="cuda", dtype=dtype)
+    return a, b
+
+
 def header() -> str:
     """The GPU and the torch and triton versions, for a bench script's first line."""
     import torch

@@ -24,7 +24,7 @@ import pathlib
 import sys
 
 import torch
-from _timing import median, ratios, rounds, sm_clock
+from _timing import make_operands, median, ratios, rounds, sm_clock
 
 from inductor_mm_plugin.kernels.configs import MatmulConfig
 
@@ -93,12 +93,6 @@ SETS = {"ws": (CANDIDATES, SHAPES), "fp32": (FP32_CANDIDATES, FP32_SHAPES), "gro
         "groups-llm": (GROUP_CANDIDATES, LLM_SHAPES)}  # fmt: skip
 
 
-def operands(M, N, K, layout, dtype):
-    a = torch.randn(M, K, device="cuda", dtype=dtype)
-    b = torch.randn(N, K, device="cuda", dtype=dtype).t() if layout == "linear" else torch.randn(K, N, device="cuda", dtype=dtype)
-    return a, b
-
-
 def main():
     import triton
     import triton.testing
@@ -128,7 +122,7 @@ def main():
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "dtype": args.dtype, "rounds": args.rounds, "rows": []}  # fmt: skip
     for M, N, K, layout in shapes:
-        a, b = operands(M, N, K, layout, dtype)
+        a, b = make_operands(M, N, K, dtype, layout)
         ref = torch.mm(a, b)
         out = torch.empty(M, N, device="cuda", dtype=dtype)
         fns = {"heuristic": lambda: torch.ops.inductor_mm_plugin.mm(a, b)}

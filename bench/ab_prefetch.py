@@ -19,7 +19,7 @@ import math
 import torch
 import triton
 import triton.testing
-from _timing import header, median, rounds, sm_clock, write_rows
+from _timing import header, make_operands, median, rounds, sm_clock, write_rows
 
 import inductor_mm_plugin  # noqa: F401
 from inductor_mm_plugin.ops import matmul as impl
@@ -41,9 +41,7 @@ def main() -> int:
     rows, gains = [], []
     for M, N, K in shapes:
         for layout in ("row", "linear"):
-            a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16).t() if layout == "linear" else \
-                torch.randn(K, N, device="cuda", dtype=torch.bfloat16)  # fmt: skip
+            a, b = make_operands(M, N, K, torch.bfloat16, layout)
             ref = torch.mm(a, b)
 
             def arm(prefetch):

@@ -50,7 +50,7 @@ import sys
 import time
 
 import torch
-from _timing import median, ratios, rounds, sm_clock, spread
+from _timing import make_operands, median, ratios, rounds, sm_clock, spread
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -78,16 +78,6 @@ def rows_of(classes, dtypes, layouts):
                 for shape in SHAPES[cls]:
                     rows.append((cls, shape, dtype_name, layout))
     return rows
-
-
-def make_operands(M, N, K, dtype, layout, fill=True):
-    new = torch.randn if fill else torch.empty
-    a = new(M, K, device="cuda", dtype=dtype)
-    if layout == "linear":  # B is a transposed (N, K) weight, as nn.Linear passes it
-        b = new(N, K, device="cuda", dtype=dtype).t()
-    else:
-        b = new(K, N, device="cuda", dtype=dtype)
-    return a, b
 
 
 # ------------------------------------------------------------------- parallel compile

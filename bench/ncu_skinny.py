@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 
 import torch
+from _timing import make_operands
 
 import inductor_mm_plugin  # noqa: F401
 from inductor_mm_plugin.ops import matmul as impl
@@ -23,10 +24,7 @@ from inductor_mm_plugin.ops import matmul as impl
 def main(argv):
     shape, layout = argv[0], argv[1] if len(argv) > 1 else "linear"
     M, N, K = map(int, shape.split("x"))
-    dt = torch.bfloat16
-    a = torch.randn(M, K, device="cuda", dtype=dt)
-    b = torch.randn(N, K, device="cuda", dtype=dt).t() if layout == "linear" else torch.randn(K, N, device="cuda",
-                                                                                              dtype=dt)  # fmt: skip
+    a, b = make_operands(M, N, K, torch.bfloat16, layout)
     for _ in range(5):
         out = torch.ops.inductor_mm_plugin.mm(a, b)
         ref = torch.mm(a, b)

@@ -22,6 +22,7 @@ import sys
 import time
 
 import torch
+from _timing import make_operands
 
 from inductor_mm_plugin.kernels.configs import MatmulConfig, fits
 
@@ -291,13 +292,6 @@ def _configs_of(spec, shape):
     """A group's configs for one shape: its list, a function of M, or the skinny sweep's."""
     configs = spec["configs"] or _skinny_configs
     return configs(shape[0]) if callable(configs) else configs
-
-
-def make_operands(M, N, K, dtype, layout, fill=True):
-    new = torch.randn if fill else torch.empty
-    a = new(M, K, device="cuda", dtype=dtype)
-    b = new(N, K, device="cuda", dtype=dtype).t() if layout == "linear" else new(K, N, device="cuda", dtype=dtype)
-    return a, b
 
 
 def _spec(x):

@@ -21,7 +21,7 @@ import argparse
 import torch
 import triton
 import triton.testing
-from _timing import header, median, rounds, sm_clock, write_rows
+from _timing import header, make_operands, median, rounds, sm_clock, write_rows
 
 import inductor_mm_plugin  # noqa: F401
 from inductor_mm_plugin.ops import matmul as impl
@@ -33,15 +33,6 @@ PROBE = [
 ]  # fmt: skip
 LLM = [(m, n, k) for m in (2048, 4096, 8192, 16384)
        for n, k in ((4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (4096, 11008))]  # fmt: skip
-
-
-def operands(M, N, K, layout):
-    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    if layout == "linear":
-        b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16).t()
-    else:
-        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
-    return a, b
 
 
 def main() -> int:
@@ -61,7 +52,7 @@ def main() -> int:
     rows = []
     for M, N, K in shapes:
         for layout in ("row", "linear"):
-            a, b = operands(M, N, K, layout)
+            a, b = make_operands(M, N, K, torch.bfloat16, layout)
             ref = torch.mm(a, b)
             cfg = impl._launch(a, b, torch.empty_like(ref)).cfg  # the heuristic's pick on every SM
 
