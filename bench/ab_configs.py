@@ -18,6 +18,7 @@ Writes ``<out>/ab-configs[-<set>].json`` and prints a table.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import pathlib
@@ -119,8 +120,9 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = True  # this script's own process: TF32 for both sides
     else:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "dtype": args.dtype, "rounds": args.rounds, "rows": []}  # fmt: skip
+    result = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "triton": triton.__version__, "dtype": args.dtype, "rounds": args.rounds,
+              "rows": []}  # fmt: skip
     for M, N, K, layout in shapes:
         a, b = make_operands(M, N, K, dtype, layout)
         ref = torch.mm(a, b)
