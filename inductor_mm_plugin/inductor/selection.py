@@ -28,7 +28,7 @@ import torch.nn as nn
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..kernels.matmul import interpreter_defect, interpreting
-from ..ops.matmul import SUPPORTED_DTYPES, pointer_kernel_reason
+from ..runtime import SUPPORTED_DTYPES, pointer_kernel_reason
 
 aten = torch.ops.aten
 MATMULS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm"}
