@@ -180,7 +180,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
             log.info("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
                      "inductor_mm_plugin::mm_swiglu", site)  # fmt: skip
         elif routed:
-            epilogue = site.op != "bmm" and _feedspointwise(node)
+            epilogue = site.op != "bmm" and _feeds_pointwise(node)
             compete, why = competition(node, options.compete, epilogue)
             _replace(graph, node, site, compete, epilogue)
             if compete and why:
@@ -223,7 +223,7 @@ def _computed_from(node: torch.fx.Node, origin: torch.fx.Node, depth: int = 4) -
     return bool(node.all_input_nodes) and all(_computed_from(arg, origin, depth - 1) for arg in node.all_input_nodes)
 
 
-def _feedspointwise(node: torch.fx.Node) -> bool:
+def _feeds_pointwise(node: torch.fx.Node) -> bool:
     """Whether the matmul's result goes into a pointwise op (an epilogue Inductor can fuse),
     directly or through views (a Linear on a 3-D input is view -> mm -> view), and that
     epilogue does not combine it with another matmul's result.
