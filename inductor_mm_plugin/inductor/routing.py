@@ -28,10 +28,10 @@ import torch.nn as nn
 
 from .. import __version__
 from ..kernels.matmul import interpreting
-from ..runtime import pointer_kernel_reason
-from . import compat, decision
+from . import compat, decision, measure
 from .graph import VIEWS, copy_meta, elementwise, pointwise
 from .decision import Compete, RouteDecision
+from .measure import Measurement
 from .swiglu_pattern import fuse_swiglu, swiglu_pairs
 from .options import PluginOptions
 from .selection import (
@@ -43,7 +43,6 @@ from .selection import (
     describe,
     ineligible_reason,
     marked_classes_fingerprint,
-    slower_path_reason,
 )
 
 log = logging.getLogger("inductor_mm_plugin.routing")
@@ -69,6 +68,8 @@ class SiteRecord:
     # "swiglu": the site was fused with the other matmul of a SwiGLU product into one
     # ``inductor_mm_plugin::mm_swiglu`` (swiglu_pattern.py).
     fused: str | None = None
+    # compete="auto" on CUDA: the plugin's kernel against aten's on the site's operands.
+    measured: Measurement | None = None
 
 
 # Listeners that want every decision (``compare``); a context manager adds one.
@@ -140,7 +141,7 @@ class RoutePass(compat.CustomGraphPass):
             return None  # Inductor bypasses its FX graph cache for this compile
         key = (
             "inductor_mm_plugin", __version__, _package_source_hash(), select_key, self.options.compete,
-            self.options.fuse_swiglu,
+            self.options.fuse_swiglu, sorted(self.options.plan.route.items()) if self.options.plan else None,
             dataclasses.astuple(self.root()), marked_classes_fingerprint(), interpreting(), repr(chained),
         )  # fmt: skip
         return hashlib.sha256(repr(key).encode()).hexdigest()
@@ -164,13 +165,18 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     decisions = [decide(site, ineligible_reason(node), options.select, root) for node, site in zip(nodes, sites)]
     routed_mms = [n for n, s, (routed, _) in zip(nodes, sites, decisions) if routed and s.op == "mm"]
     fused = {}  # mm node -> the SwiGLU pair it belongs to
-    for pair in swiglu_pairs(routed_mms, options.fuse_swiglu):
+    # fuse_swiglu="auto" fuses where the SwiGLU template runs, but not under compete="auto",
+    # which routes measured extern kernels only: inside a Llama model the fused template (with
+    # the RMSNorm fused into it) took 603 us where stock took 572 (docs/performance.md).
+    measured_form = options.compete == "auto" or options.plan is not None
+    fuse = options.fuse_swiglu is True if measured_form else options.fuse_swiglu
+    for pair in swiglu_pairs(routed_mms, fuse):
         fused.update(dict.fromkeys(pair[:2], pair))
     site_of = dict(zip(nodes, sites))
     done = set()
     records = []
     for node, site, (routed, reason) in zip(nodes, sites, decisions):
-        compete = None
+        compete, measured = None, None
         if node in fused:
             gate, up, product = fused[node]
             compete = Compete.ALL if options.compete is True else None
@@ -180,16 +186,25 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
             log.info("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
                      "inductor_mm_plugin::mm_swiglu", site)  # fmt: skip
         elif routed:
-            epilogue = site.op != "bmm" and _feeds_pointwise(node)
-            compete, why = competition(node, options.compete, epilogue)
-            _replace(graph, node, site, compete, epilogue)
-            if compete and why:
-                log.info("routed %s; competes with aten (compete='auto'): %s", site, why)
+            if options.plan is not None:
+                routed, reason = options.plan.decide(site)
+            elif options.compete == "auto" and _on_cuda(node):
+                routed, reason, measured = _measured_decision(node, site)
+            if routed:
+                # Under compete="auto" the routed site runs the measured form: the extern kernel,
+                # its epilogue in Inductor's pointwise kernel as stock.
+                # A measured or planned site runs the form that was timed: the extern kernel.
+                timed_form = measured is not None or options.plan is not None
+                epilogue = site.op != "bmm" and not timed_form and _feeds_pointwise(node)
+                compete = Compete.ALL if options.compete is True and options.plan is None else None
+                _replace(graph, node, site, compete, epilogue)
+                why = f"; {measured.describe()}" if measured else "; competes with aten (compete=True)" if compete else ""
+                log.info("routed %s%s", site, why)
             else:
-                log.info("routed %s%s", site, "; competes with aten (compete=True)" if compete else "")
+                log.info("not routed %s: %s", site, reason)
         else:
             log.info("not routed %s: %s", site, reason)
-        record = SiteRecord(site, routed, reason, label, compete, "swiglu" if node in fused else None)
+        record = SiteRecord(site, routed, reason, label, compete, "swiglu" if node in fused else None, measured)
         records.append(record)
         for listener in list(_listeners):
             listener(record)
@@ -255,28 +270,19 @@ def _feeds_pointwise(node: torch.fx.Node) -> bool:
     return found
 
 
-def competition(node: torch.fx.Node, option: bool | str, epilogue: bool) -> tuple[Compete | None, str]:
-    """(what the site competes with, or None; why, for the log) under the ``compete`` option.
-
-    ``compete="auto"`` lets a CUDA site compete where routing it could only cost time:
-    * where the plugin would run its slower pointer kernel (``slower_path_reason``): its
-      template configs, its kernel and aten;
-    * where nothing fuses into it (no pointwise user, or a bmm, which has no template): the
-      plugin's value there is its kernel's speed alone, so its kernel competes with aten's
-      and the faster runs. A site with an epilogue keeps the template without competing:
-      Inductor's autotuner in default mode times a choice without its epilogue, which would
-      hide what the fusion saves.
-    """
-    if option is True:
-        return Compete.ALL, ""
-    if option is False:
-        return None, ""
-    slower = slower_path_reason(node)
-    if slower is not None:
-        return Compete.ALL, slower
-    if not epilogue and _on_cuda(node):
-        return Compete.KERNELS, "nothing fuses into it, so its kernel runs only where the autotuner times it faster"
-    return None, ""
+def _measured_decision(node: torch.fx.Node, site: Site) -> tuple[bool, str, Measurement | None]:
+    """(routed, reason, measurement) of a CUDA site under ``compete="auto"``: routed where the
+    plugin's kernel measured faster than aten's on the site's operands (measure.py)."""
+    vals = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
+    alpha, beta = node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1)
+    graphs = bool(compat.inductor_config.triton.cudagraphs)
+    key = measure.signature(site.op, vals, alpha, beta, graphs)
+    if key is None:
+        return False, "symbolic sizes: not measured, so it stays on stock (compete=False routes it)", None
+    measured = measure.cached_or_measure(key, site.op, vals, alpha, beta, graphs)
+    if measured.faster:
+        return True, "", measured
+    return False, f"{measured.describe()}: not faster by {measure.MARGIN:.2f}x in every round, so it stays on stock", measured
 
 
 def _on_cuda(node: torch.fx.Node) -> bool:
