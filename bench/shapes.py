@@ -40,7 +40,8 @@ suite, seed, M, N, K, dtype, layout, cublas_ms, plugin_ms, ratio, and ratio_roun
 kernel, timing, aligned, shape_class, err, fallback, source) and ``<out>/shapes-classes.json``:
 per ``shape_class``, the rows of this GPU and commit in that file (every run so far),
 their geomean / p10 / min ratio and a verdict, for the routing pass to stay on stock
-where the kernel loses. Prints geomean, p10, min and the worst rows against the targets.
+where the kernel loses (``--classes-from FILE`` rewrites it from a JSONL file, no GPU).
+Prints geomean, p10, min and the worst rows against the targets.
 
 Time on the H200 (estimate, to be replaced by the first run's): random, 200 shapes: ~45 s
 compiling + ~0.5 s a shape = ~2.5 min; models, 240 shapes: ~3 min.
@@ -117,7 +118,8 @@ def linears(cfg: dict, tp: int) -> list[tuple[str, int, int, str, str]]:
                ("down_proj", H, F // tp), ("lm_head", -(-V // tp), H)]  # fmt: skip
         return [(n, N, K, "linear", "tokens") for n, N, K in out]
     if arch in ("vit", "bert"):
-        out = [("query", q, H, "tokens"), ("key", q, H, "tokens"), ("value", q, H, "tokens"), ("attention.output", H, q, "tokens"), ("intermediate", F // tp, H, "tokens"),
+        out = [("query", q, H, "tokens"), ("key", q, H, "tokens"), ("value", q, H, "tokens"),
+               ("attention.output", H, q, "tokens"), ("intermediate", F // tp, H, "tokens"),
                ("output", H, F // tp, "tokens")]  # fmt: skip
         if arch == "vit":
             out.append(("classifier", V, H, "sequences"))  # ImageNet head, replicated
@@ -357,20 +359,27 @@ def report(rows: list[dict], suite: str) -> str:
     return "\n".join(lines)
 
 
-def write_classes(out_dir: pathlib.Path, meta: dict, seeds: list) -> dict:
-    """``shapes-classes.json`` from every row of ``shapes.jsonl`` with this run's GPU and commit."""
-    rows = [r for r in read_jsonl(out_dir / "shapes.jsonl") if r.get("gpu") == meta["gpu"]
-            and r.get("commit") == meta["commit"] and r.get("suite") != "tf32"]  # fmt: skip
+def write_classes(jsonl: pathlib.Path, out_dir: pathlib.Path, meta: dict | None = None) -> dict:
+    """``<out_dir>/shapes-classes.json`` from every row of ``jsonl`` with ``meta``'s GPU and
+    commit (default: the last row's): all the runs at that commit so far."""
+    all_rows = read_jsonl(jsonl)
+    if meta is None:
+        if not all_rows:
+            sys.exit(f"{jsonl}: no rows")
+        meta = {k: all_rows[-1][k] for k in ("gpu", "commit", "torch", "triton", "date")}
+    rows = [r for r in all_rows if r.get("gpu") == meta["gpu"] and r.get("commit") == meta["commit"]
+            and r.get("suite") != "tf32"]  # fmt: skip
     classes = class_summary(rows)
     doc = {
         "gpu": meta["gpu"], "commit": meta["commit"], "torch": meta["torch"], "triton": meta["triton"],
-        "date": meta["date"], "rows": len(rows), "seeds": sorted({r.get("seed") for r in rows} | set(seeds), key=str),
+        "date": meta["date"], "rows": len(rows), "seeds": sorted({r.get("seed") for r in rows}, key=str),
         "key": "width/layout/alignment/M bucket/N bucket/K bucket (shape_class in bench/shapes.py)",
-        "verdict": verdict.__doc__.replace("\n   ", ""),
+        "verdict": " ".join(verdict.__doc__.split()),
         "classes": classes,
     }  # fmt: skip
     import json
 
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "shapes-classes.json").write_text(json.dumps(doc, indent=1) + "\n")
     return classes
 
@@ -394,7 +403,14 @@ def main(argv=None):
                    help="folder of shapes.jsonl (appended) and shapes-classes.json")  # fmt: skip
     p.add_argument("--commit", default=None, help="commit to record (default: .commit, else git's)")
     p.add_argument("--list", action="store_true", help="print the shapes and exit (no GPU needed)")
+    p.add_argument("--classes-from", metavar="JSONL", default=None,
+                   help="only rewrite <out>/shapes-classes.json from this file's rows at its last row's GPU and "
+                        "commit (no GPU needed), e.g. after appending a device run's rows to bench/results")  # fmt: skip
     args = p.parse_args(argv)
+    if args.classes_from:
+        classes = write_classes(pathlib.Path(args.classes_from), pathlib.Path(args.out))
+        print(f"{len(classes)} classes -> {pathlib.Path(args.out) / 'shapes-classes.json'}")
+        return
 
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     cpu = args.device == "cpu"
@@ -449,7 +465,7 @@ def main(argv=None):
         if not cpu:
             torch.cuda.empty_cache()
     print(f"timed {len(todo)} shapes in {time.time() - t0:.0f}s", flush=True)
-    classes = write_classes(out_dir, meta, [seed])
+    classes = write_classes(out_dir / "shapes.jsonl", out_dir, meta)
     losing = {k: v for k, v in classes.items() if v["verdict"] == "stock"}
     print(f"\nshape classes with rows at this commit: {len(classes)}; verdict 'stock' (kernel loses): {len(losing)}")
     for k, v in sorted(losing.items(), key=lambda kv: kv[1]["geomean"])[:15]:
