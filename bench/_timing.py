@@ -364,8 +364,13 @@ def header(meta: dict) -> str:
     return f"{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, commit {meta['commit']}, {meta['date']}"
 
 
-def add_common_args(p, results: str) -> None:
-    """--out, --commit and --rounds, the same in every script."""
+def add_common_args(p, results: str, rounds: int = 3, jobs: bool = False) -> None:
+    """--rounds, --out, --commit (and --jobs), the same in every script."""
+    p.add_argument("--rounds", type=int, default=rounds,
+                   help=f"time the implementations this many times, the order reversed each round (default {rounds})")
+    if jobs:
+        p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1),
+                       help="processes that compile the kernels before timing (1: none, the first call compiles)")
     p.add_argument("--out", default=os.environ.get("BENCH_OUT", str(RESULTS)),
                    help=f"folder of the JSONL file ({results}) the rows are appended to (default bench/results; "
                         "$BENCH_OUT if set)")  # fmt: skip

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import pathlib
 import shutil
 import subprocess
@@ -231,9 +230,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="epilogue suite: bench_epilogue.py's --quick blocks")
     p.add_argument("--block", action="store_true", help="epilogue suite: also the transformer block")
     p.add_argument("--with-stock", action="store_true", help="epilogue suite: also stock Inductor")
-    p.add_argument("--rounds", type=int, default=5, help="rounds, the order reversed each round")
-    p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes (mm suite)")
-    add_common_args(p, "ab.jsonl")
+    add_common_args(p, "ab.jsonl", rounds=5, jobs=True)
     args = p.parse_args(argv)
     if args.export:
         commit = export(args.export[0], pathlib.Path(args.export[1]))

@@ -67,7 +67,6 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sweep", action="store_true", help="also time _sweep_configs()'s configs on the QK^T and PV rows")
-    p.add_argument("--rounds", type=int, default=3, help="rounds, the order reversed each round (_timing.py)")
     add_common_args(p, "bmm.jsonl")
     args = p.parse_args()
     require_cuda("bench_bmm.py")

@@ -146,8 +146,6 @@ def main(argv=None):
                    help="the suite's token counts M to run (both by default)")
     p.add_argument("--widths", nargs="*", default=[f"{d}x{f}" for d, f in WIDTHS],
                    choices=[f"{d}x{f}" for d, f in WIDTHS], help="the suite's (hidden x ffn) pairs to run (all by default)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="time the arms this many times, order reversed each round (_timing.py)")
     p.add_argument("--md", default=None, help="also write the markdown table to this file")
     add_common_args(p, "epilogue.jsonl")
     args = p.parse_args(argv)

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import pathlib
 import platform
 import time
@@ -321,11 +320,8 @@ def main(argv=None):
                    help="... and these dtypes (tuning every row doubles the run)")  # fmt: skip
     p.add_argument("--inductor-shapes", nargs="*", default=[], metavar="MxNxK",
                    help="also time Inductor max-autotune on these shapes (their bf16 / fp32, row-layout rows)")  # fmt: skip
-    p.add_argument("--rounds", type=int, default=3,
-                   help="time each row's implementations this many times, order reversed each round (_timing.py)")
-    p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
     p.add_argument("--md", default=None, help="also write the markdown table to this file")
-    add_common_args(p, "mm.jsonl")
+    add_common_args(p, "mm.jsonl", jobs=True)
     args = p.parse_args(argv)
     require_cuda("bench_mm.py")
     import inductor_mm_plugin

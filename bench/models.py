@@ -59,7 +59,7 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 import torch
 import torch.nn.functional as F
 from _timing import (
-    GraphTimer, append_jsonl, frames_compiled, geomean, header, median, ratios, require_cuda, rounds, run_meta, spread,
+    GraphTimer, add_common_args, append_jsonl, frames_compiled, geomean, header, median, ratios, require_cuda, rounds, run_meta, spread,
 )  # fmt: skip
 
 ARMS = ("stock", "plugin", "stock_max_autotune", "plugin_max_autotune")
@@ -387,15 +387,12 @@ def main(argv=None):
     p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=list(MODELS) + ["all"])
     p.add_argument("--arms", nargs="+", default=["stock", "plugin"], choices=list(ARMS) + ["all"],
                    help="'all': the four; a plugin arm needs its stock baseline arm to get a speedup")  # fmt: skip
-    p.add_argument("--rounds", type=int, default=5, help="rounds, the arms' order reversed each round")
     p.add_argument("--quick", action="store_true", help="3 rounds (and no max-autotune arms unless named)")
     p.add_argument("--budget-s", type=float, default=500,
                    help="start no new model after this many seconds (the device call's limit is 600)")  # fmt: skip
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--tiny", action="store_true", help="tiny configs (with --device cpu: the script's logic, in ~2 min)")
-    p.add_argument("--out", default=str(pathlib.Path(__file__).resolve().parent / "results"),
-                   help="folder of models.jsonl (appended)")  # fmt: skip
-    p.add_argument("--commit", default=None, help="commit to record (default: .commit, else git's)")
+    add_common_args(p, "models.jsonl", rounds=5)
     args = p.parse_args(argv)
     models = list(MODELS) if "all" in args.models else args.models
     arms = list(ARMS) if "all" in args.arms else [a for a in ARMS if a in args.arms]

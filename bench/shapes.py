@@ -63,7 +63,7 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 
 import torch
 from _timing import (
-    GraphTimer, append_jsonl, check_rows, config_name, dtype_of, geomean, header, make_operands, matmul_error,
+    GraphTimer, add_common_args, append_jsonl, check_rows, config_name, dtype_of, geomean, header, make_operands, matmul_error,
     median, percentile, plugin_runtime, precompile, ratios, read_jsonl, require_cuda, rotating, rotation, rounds,
     run_meta, spread, time_ms,
 )  # fmt: skip
@@ -395,17 +395,13 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=200, help="random suite: shapes drawn (default 200)")
     p.add_argument("--limit", type=int, default=240, help="models suite: shapes sampled per run (0: all)")
     p.add_argument("--tf32", action="store_true", help="also fp32 with TF32, row-major B, 4096^3 (target >= 0.90)")
-    p.add_argument("--rounds", type=int, default=3, help="rounds per shape, order reversed each round")
-    p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes (1: none)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a dry run through Triton's interpreter on tiny shapes (the logic, not the numbers)")
-    p.add_argument("--out", default=str(pathlib.Path(__file__).resolve().parent / "results"),
-                   help="folder of shapes.jsonl (appended) and shapes-classes.json")  # fmt: skip
-    p.add_argument("--commit", default=None, help="commit to record (default: .commit, else git's)")
     p.add_argument("--list", action="store_true", help="print the shapes and exit (no GPU needed)")
     p.add_argument("--classes-from", metavar="JSONL", default=None,
                    help="only rewrite <out>/shapes-classes.json from this file's rows at its last row's GPU and "
                         "commit (no GPU needed), e.g. after appending a device run's rows to bench/results")  # fmt: skip
+    add_common_args(p, "shapes.jsonl, and shapes-classes.json rewritten", jobs=True)
     args = p.parse_args(argv)
     if args.classes_from:
         classes = write_classes(pathlib.Path(args.classes_from), pathlib.Path(args.out))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import pathlib
 import sys
 
@@ -326,9 +325,7 @@ def sweep_shape(g, spec, shape, layout, n_rounds):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--groups", nargs="+", default=["llm", "skinny"], choices=list(GROUPS))
-    p.add_argument("--rounds", type=int, default=3, help="rounds, the order reversed each round (_timing.py)")
-    p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
-    add_common_args(p, "sweep.jsonl")
+    add_common_args(p, "sweep.jsonl", jobs=True)
     args = p.parse_args()
     require_cuda("sweep_configs.py")
     import inductor_mm_plugin  # noqa: F401  (registers the ops)
