@@ -35,6 +35,8 @@ from typing import Callable
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
+if str(REPO) not in sys.path:  # the package of this tree, installed or not
+    sys.path.insert(1, str(REPO))
 L2_BYTES = 60 * 2**20  # H200: 60 MB of L2 (torch.cuda.get_device_properties reads 60 MiB there)
 
 
@@ -289,6 +291,18 @@ def matmul_config_class(pkg=None):
         except (ModuleNotFoundError, AttributeError):
             continue
     raise ImportError(f"{pkg.__name__}: no MatmulConfig in .configs or .kernels.configs")
+
+
+def plugin_backend():
+    """``backend=`` for the plugin: its name where the entry point is installed
+    (``pip install -e .``), else the backend function itself (the same code)."""
+    import torch
+
+    if "inductor_mm_plugin" in torch._dynamo.list_backends(exclude_tags=()):
+        return "inductor_mm_plugin"
+    from inductor_mm_plugin.inductor.backend import backend
+
+    return backend
 
 
 def config_name(cfg) -> str | None:

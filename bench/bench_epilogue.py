@@ -29,8 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from _timing import (
-    GraphTimer, add_common_args, append_jsonl, frames_compiled, geomean, median, ratios, require_cuda, rounds,
-    run_meta, sm_clock, spread,
+    GraphTimer, add_common_args, append_jsonl, frames_compiled, geomean, median, plugin_backend, ratios, require_cuda,
+    rounds, run_meta, sm_clock, spread,
 )  # fmt: skip
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
@@ -121,7 +121,7 @@ def time_arms(name, model, x, arms: dict[str, dict], n_rounds=3, max_err=3e-2):
 
 def bench_block(name, model, x, max_autotune, n_rounds=3):
     """The plugin backend against stock (and stock max-autotune): one row."""
-    arms = {"plugin": dict(backend="inductor_mm_plugin"), "stock": {}}
+    arms = {"plugin": dict(backend=plugin_backend()), "stock": {}}
     if max_autotune:
         arms["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")
     times, compile_s, err = time_arms(name, model, x, arms, n_rounds)

@@ -1,7 +1,9 @@
 """Real clients (transformers models, random init) compiled by stock Inductor and by the plugin
 backend: step time, compile time, numerics and routed sites per model (issue 21).
 
-    python bench/models.py --out DIR                                  # 6 models, stock and plugin (~7 min)
+    python bench/models.py --out DIR                                  # 6 models, stock and plugin (~8 min)
+    python bench/models.py --models llama-prefill qwen2-prefill llama-decode --out DIR   # half (~4 min)
+    python bench/models.py --models llama-train vit bert-encoder --out DIR              # other half (~4 min)
     python bench/models.py --models llama-prefill --arms all --out DIR  # + both max-autotune arms (~5 min)
     python bench/models.py --quick --out DIR                          # 3 rounds
     python bench/models.py --device cpu --tiny                        # a dry run: tiny configs, Triton's interpreter
@@ -38,7 +40,10 @@ for the stock arms. The routing pass's sites are recorded while the plugin arms 
 
 Rows append to ``<out>/models.jsonl``, one per (model, arm): date, commit, gpu, torch, triton,
 model, workload, arm, ms, compile_s, rounds, err, speedup, ratio_spread, routed_sites, sites,
-cudagraphs, shape (batch/tokens/layers). Prints a table with the targets beside (plugin >=
+cudagraphs, shape (batch/tokens/layers). Times are estimates (about 30 s of compiling per arm
+and model, a minute for the training step's two graphs); ``--budget-s`` (default 420) starts
+no model after that many seconds, so one device call (10 minutes) ends with its rows written.
+Prints a table with the targets beside (plugin >=
 0.99x stock on every model, geomean >= 1.05x; plugin_max_autotune >= 0.99x
 stock_max_autotune; plugin compile <= 1.3x stock; error within 1.1x of stock's).
 """
@@ -59,7 +64,8 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 import torch
 import torch.nn.functional as F
 from _timing import (
-    GraphTimer, add_common_args, append_jsonl, frames_compiled, geomean, header, median, ratios, require_cuda, rounds, run_meta, spread,
+    GraphTimer, add_common_args, append_jsonl, frames_compiled, geomean, header, median, plugin_backend, ratios,
+    require_cuda, rounds, run_meta, spread,
 )  # fmt: skip
 
 ARMS = ("stock", "plugin", "stock_max_autotune", "plugin_max_autotune")
@@ -207,17 +213,7 @@ def compile_fn(arm: str):
     """``model -> torch.compile(model, ...)`` for an arm."""
     kwargs = {"mode": "max-autotune-no-cudagraphs"} if arm.endswith("max_autotune") else {}
     if arm.startswith("plugin"):
-        import inductor_mm_plugin  # noqa: F401
-
-        # By name through the entry point (pip install -e .); a tree that was not installed
-        # gets the same backend function directly.
-        names = torch._dynamo.list_backends(exclude_tags=())
-        if "inductor_mm_plugin" in names:
-            kwargs["backend"] = "inductor_mm_plugin"
-        else:
-            from inductor_mm_plugin.inductor.backend import backend
-
-            kwargs["backend"] = backend
+        kwargs["backend"] = plugin_backend()
     return lambda model: torch.compile(model, **kwargs)
 
 
@@ -388,7 +384,7 @@ def main(argv=None):
     p.add_argument("--arms", nargs="+", default=["stock", "plugin"], choices=list(ARMS) + ["all"],
                    help="'all': the four; a plugin arm needs its stock baseline arm to get a speedup")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="3 rounds (and no max-autotune arms unless named)")
-    p.add_argument("--budget-s", type=float, default=500,
+    p.add_argument("--budget-s", type=float, default=420,
                    help="start no new model after this many seconds (the device call's limit is 600)")  # fmt: skip
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--tiny", action="store_true", help="tiny configs (with --device cpu: the script's logic, in ~2 min)")
