@@ -87,7 +87,11 @@ def _source(ref: str, scratch: pathlib.Path) -> tuple[pathlib.Path, str]:
         label = (path / ".commit").read_text().strip() if (path / ".commit").exists() else str(path)
         return path, label
     dest = scratch / f"export-{ref.replace('/', '_')}"
-    return dest, export(ref, dest)
+    try:
+        return dest, export(ref, dest)
+    except (subprocess.CalledProcessError, FileNotFoundError) as e:
+        sys.exit(f"ab.py: cannot export {ref!r} with git here ({e}); where the repository's history is, run "
+                 f"`python bench/ab.py --export {ref} .ab/base`, bring .ab/base along and pass --base .ab/base")
 
 
 def load_version(ref: str, alias: str, scratch: pathlib.Path):

@@ -14,7 +14,8 @@
 #
 # Results: each benchmark appends its JSONL rows to DIR/results/<name>.jsonl (a fresh file per
 # run; append them to bench/results/ in the repository to keep them) and its output to
-# DIR/<name>.log; pytest writes DIR/pytest.txt; DIR/env.txt has the GPU, driver and versions.
+# DIR/bench.log; pytest writes DIR/pytest.txt; DIR/setup.log has the GPU, driver, versions and
+# the install's output. Few files on purpose: some runners bring back only a handful.
 # The commit recorded in the rows is .commit at the repo root if present (write it where the
 # tree is a copy without git history: git rev-parse --short HEAD > .commit), else git's.
 # Exit status: pytest's (0 with --no-tests); a benchmark's failure shows in its log.
@@ -51,11 +52,12 @@ COMMIT=$(cat .commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || ec
   echo "commit $COMMIT"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
   $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
-} >"$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
-
-$PY -m pip install --no-build-isolation --no-deps -e . >"$OUT/install.log" 2>&1 || {
-  echo "pip install failed: $OUT/install.log"; tail -5 "$OUT/install.log"; }
+} >"$OUT/setup.log" 2>&1
+cat "$OUT/setup.log"
+echo "--- pip install --no-build-isolation --no-deps -e ." >>"$OUT/setup.log"
+$PY -m pip install --no-build-isolation --no-deps -e . >>"$OUT/setup.log" 2>&1 || {
+  echo "pip install failed (the bench scripts still import this tree's package): $OUT/setup.log"
+  tail -5 "$OUT/setup.log"; }
 
 script_of() {
   case $1 in
@@ -79,11 +81,11 @@ run_benches() {
     name=${spec%%:*}
     args=""
     [ "$name" != "$spec" ] && args=${spec#*:}
-    script=$(script_of "$name") || { echo "unknown benchmark $name" >"$OUT/$name.log"; continue; }
-    echo "=== $name: $script $args ($(date -Iseconds))"
+    script=$(script_of "$name") || { echo "=== unknown benchmark $name" | tee -a "$OUT/bench.log"; continue; }
+    echo "=== $name: $script $args ($(date -Iseconds))" | tee -a "$OUT/bench.log"
     # shellcheck disable=SC2086
-    timeout "$BENCH_TIMEOUT" $PY "$script" --out "$OUT/results" --commit "$COMMIT" $args >"$OUT/$name.log" 2>&1
-    echo "=== $name exit $? ($(date -Iseconds))" | tee -a "$OUT/$name.log"
+    timeout "$BENCH_TIMEOUT" $PY "$script" --out "$OUT/results" --commit "$COMMIT" $args >>"$OUT/bench.log" 2>&1
+    echo "=== $name exit $? ($(date -Iseconds))" | tee -a "$OUT/bench.log"
   done
 }
 
@@ -100,10 +102,6 @@ else
 fi
 
 [ "$RUN_TESTS" = 1 ] && tail -15 "$OUT/pytest.txt"
-for spec in "${BENCHES[@]+"${BENCHES[@]}"}"; do
-  name=${spec%%:*}
-  echo "--- $name (last lines of $OUT/$name.log)"
-  tail -25 "$OUT/$name.log" 2>/dev/null
-done
+[ ${#BENCHES[@]} -gt 0 ] && { echo "--- last lines of $OUT/bench.log"; tail -60 "$OUT/bench.log"; }
 ls -R "$OUT" | head -40
 exit $rc
