@@ -19,10 +19,11 @@ callable timed the same way:
   subset).
 
 Per row: fresh random inputs; every implementation's output checked against the float64
-reference with the tests' error bound before anything is timed; then the median of
-``triton.testing.do_bench`` (L2 flushed between reps), or of ``do_bench_cudagraph`` for the
-skinny class (one graph of back-to-back calls, ``_timing.GraphTimer``), where launch
-overhead would otherwise be half the time. The implementations of
+reference with the tests' error bound before anything is timed (and the launcher's output into
+a NaN-poisoned buffer: every element written); then the median of ``triton.testing.do_bench``
+(L2 flushed between reps), or, for the skinny class, where launch overhead would otherwise be
+half the time, of CUDA-graph replays (one graph of back-to-back calls per implementation,
+``_timing.GraphTimer``: what ``do_bench_cudagraph`` times, captured once per row). The implementations of
 a row are timed in ``--rounds`` rounds (default 3), back to back, the order reversed each round
 (``_timing.py``: under the H200's power limit the SM clock drifts within seconds). ratio =
 torch.mm time / plugin time within a round, the median over rounds (above 1: the plugin is
