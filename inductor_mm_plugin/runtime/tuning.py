@@ -69,15 +69,25 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_") or "unknown"
 
 
-class TuningCache:
-    """Best config per shape bucket for one (GPU, Triton version, kernel source) triple."""
+class DiskCache:
+    """JSON entries by key for one (GPU, versions, kernel source), kept across processes: the
+    file safety and lookups described above. ``kind`` names the file; subclasses say which
+    entries are valid."""
 
-    def __init__(self, gpu: str, triton_version: str, source_hash: str, directory: pathlib.Path | None = None):
-        self.header = {"format": FORMAT_VERSION, "gpu": gpu, "triton": triton_version, "source": source_hash}
+    kind = "entries"
+
+    def __init__(self, gpu: str, triton_version: str, source_hash: str, directory: pathlib.Path | None = None,
+                 **versions: str):  # fmt: skip
+        self.header = {"format": FORMAT_VERSION, "gpu": gpu, "triton": triton_version, "source": source_hash,
+                       **versions}  # fmt: skip
         self.directory = pathlib.Path(directory) if directory is not None else cache_dir()
-        self.path = self.directory / f"tuning-{_slug(gpu)}-triton{_slug(triton_version)}-{source_hash}.json"
+        tags = "".join(f"-{k}{_slug(v)}" for k, v in sorted(versions.items()))
+        self.path = self.directory / f"{self.kind}-{_slug(gpu)}-triton{_slug(triton_version)}{tags}-{source_hash}.json"
         self._entries: dict[str, dict] | None = None
         self._lock = threading.Lock()
+
+    def valid(self, entry) -> bool:
+        return isinstance(entry, dict)
 
     # -- reading
 
@@ -91,31 +101,19 @@ class TuningCache:
         entries = data.get("entries")
         if not isinstance(entries, dict):
             return {}
-        good = {}
-        for key, entry in entries.items():
-            try:
-                MatmulConfig.from_json(entry["config"])
-                float(entry["ms"])
-            except (KeyError, TypeError, ValueError):
-                continue  # one bad entry does not spoil the rest
-            good[key] = entry
-        return good
+        return {key: entry for key, entry in entries.items() if self.valid(entry)}  # a bad entry spoils no other
 
-    def get(self, key: str) -> MatmulConfig | None:
+    def get_entry(self, key: str) -> dict | None:
         with self._lock:
             if self._entries is None or key not in self._entries:
-                # Another process may have tuned this bucket since we last looked. Merged
+                # Another process may have written this key since we last looked. Merged
                 # into memory, not replacing it: an entry whose write failed stays known.
                 self._entries = {**(self._entries or {}), **self._read_file()}
-            entry = self._entries.get(key)
-        return MatmulConfig.from_json(entry["config"]) if entry else None
+            return self._entries.get(key)
 
     # -- writing
 
-    def put(self, key: str, cfg: MatmulConfig, ms: float, timings: dict[str, float] | None = None) -> None:
-        entry = {"config": cfg.to_json(), "ms": float(ms)}
-        if timings:
-            entry["timings_ms"] = {k: (v if math.isfinite(v) else None) for k, v in timings.items()}
+    def put_entry(self, key: str, entry: dict) -> None:
         with self._lock, _exclusive(self.path):
             # What is in memory goes in too: entries whose earlier write failed get another try.
             merged = {**(self._entries or {}), **self._read_file(), key: entry}
@@ -135,7 +133,53 @@ class TuningCache:
                     os.unlink(tmp)
                 raise
         except OSError:
-            pass  # a read-only or full disk costs the next process a re-tune (this one keeps its entries)
+            pass  # a read-only or full disk costs the next process a re-run (this one keeps its entries)
+
+
+class TuningCache(DiskCache):
+    """Best config per shape bucket for one (GPU, Triton version, kernel source) triple."""
+
+    kind = "tuning"
+
+    def valid(self, entry) -> bool:
+        try:
+            MatmulConfig.from_json(entry["config"])
+            float(entry["ms"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        return True
+
+    def get(self, key: str) -> MatmulConfig | None:
+        entry = self.get_entry(key)
+        return MatmulConfig.from_json(entry["config"]) if entry else None
+
+    def put(self, key: str, cfg: MatmulConfig, ms: float, timings: dict[str, float] | None = None) -> None:
+        entry = {"config": cfg.to_json(), "ms": float(ms)}
+        if timings:
+            entry["timings_ms"] = {k: (v if math.isfinite(v) else None) for k, v in timings.items()}
+        self.put_entry(key, entry)
+
+
+class RoutingCache(DiskCache):
+    """Measured routing decisions (inductor/measure.py) by site signature; keyed by the torch
+    version too, since aten's kernel is half of each measurement."""
+
+    kind = "routing"
+
+
+_ROUTING_CACHES: dict[str, RoutingCache] = {}
+
+
+def routing_cache(gpu: str) -> RoutingCache:
+    """The process's routing cache for this GPU and the installed versions."""
+    cache = _ROUTING_CACHES.get(gpu)
+    if cache is None:
+        import torch
+        import triton
+
+        cache = _ROUTING_CACHES[gpu] = RoutingCache(gpu, triton.__version__, kernel_source_hash(),
+                                                    torch=torch.__version__)  # fmt: skip
+    return cache
 
 
 # How long a writer waits for another's lock before writing without it, and the age past
