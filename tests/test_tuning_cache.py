@@ -159,7 +159,7 @@ def _write_buckets(root: str, writer: int, buckets: int, start) -> None:
     """One process's writes (multiprocessing target): ``buckets`` entries of its own into
     each lock's folder, all writers starting together so their read-merge-replace cycles
     overlap. Both locks in one process: a process start (importing torch) is most of the cost."""
-    from inductor_mm_plugin.kernels import tuning
+    from inductor_mm_plugin.runtime import tuning
 
     for lock, folder in LOCKS.items():
         if lock == "lock-folder":
