@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from inductor_mm_plugin.kernels.configs import MatmulConfig, Problem
-from inductor_mm_plugin.kernels.tuning import TuningCache, autotune, kernel_source_hash
+from inductor_mm_plugin.configs import MatmulConfig, Problem
+from inductor_mm_plugin.runtime.tuning import TuningCache, autotune, kernel_source_hash
 
 CANDIDATES = [
     MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True),
@@ -60,8 +60,8 @@ def test_second_process_with_a_warm_cache_tunes_nothing(tmp_path):
     autotune(KEY, CANDIDATES, FakeTimer(), make_cache(tmp_path))
     script = textwrap.dedent(
         f"""
-        from inductor_mm_plugin.kernels.configs import MatmulConfig
-        from inductor_mm_plugin.kernels.tuning import TuningCache, autotune, kernel_source_hash
+        from inductor_mm_plugin.configs import MatmulConfig
+        from inductor_mm_plugin.runtime.tuning import TuningCache, autotune, kernel_source_hash
         calls = []
         def timer(cfg):
             calls.append(cfg)
@@ -131,8 +131,8 @@ def test_concurrent_processes_leave_a_valid_file(tmp_path):
     script = textwrap.dedent(
         """
         import sys
-        from inductor_mm_plugin.kernels.configs import MatmulConfig
-        from inductor_mm_plugin.kernels.tuning import TuningCache, kernel_source_hash
+        from inductor_mm_plugin.configs import MatmulConfig
+        from inductor_mm_plugin.runtime.tuning import TuningCache, kernel_source_hash
         cache = TuningCache("NVIDIA H200", "3.6.0", kernel_source_hash())
         for i in range(25):
             cache.put(f"p{sys.argv[1]}-{i}", MatmulConfig("tma", 64, 64, 64), float(i))
