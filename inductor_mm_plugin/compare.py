@@ -674,5 +674,5 @@ def _site_result(r: SiteRecord) -> SiteResult:
     return SiteResult(
         graph=r.graph, module=s.module, op=s.op, phase=s.phase,
         shapes=[concrete(x) for x in s.shapes], dtype=s.dtypes[-1], strides=[concrete(x) for x in s.strides],
-        routed=r.routed, reason=r.reason, compete=r.compete, fused=r.fused,
+        routed=r.routed, reason=r.reason, compete=r.compete.value if r.compete else None, fused=r.fused,
     )  # fmt: skip
