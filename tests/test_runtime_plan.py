@@ -18,7 +18,7 @@ from inductor_mm_plugin.ops.reference import assert_matmul_close
 from inductor_mm_plugin.runtime import direct
 from inductor_mm_plugin.runtime.device import num_sms
 from inductor_mm_plugin.runtime.layout import pointer_kernel_divisor, pow2_divisor
-from inductor_mm_plugin.runtime.plan import _PTR_HEAD, _TMA_HEAD, Plan, _in_signature_order
+from inductor_mm_plugin.runtime.plan import Plan, _in_signature_order
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 # ------------------------------------------------------------------------- plan cache
@@ -129,12 +129,11 @@ def test_arguments_that_do_not_match_the_signature_are_a_clear_error(kernel):
     missing or extra argument (a constexpr the kernel lost, say) raises, naming both."""
     dt = torch.float16
     a, b = randn(40, 64, dtype=dt), randn(64, 48, dtype=dt)
-    cfg, head = (INTERPRETER_TMA, _TMA_HEAD) if kernel == "tma" else (INTERPRETER_PTR, _PTR_HEAD)
     out = poisoned(40, 48, dtype=dt)
-    plan = runtime.launch(a, b, out, config=cfg)
+    plan = runtime.launch(a, b, out, config=INTERPRETER_TMA if kernel == "tma" else INTERPRETER_PTR)
     args = kernel_args(plan, a, b, out)
     names = list(args)
-    i = names.index("alpha")
+    head, i = tuple(names[: names.index("M")]), names.index("alpha")  # the tensors first, then M
     mid = {n: args[n] for n in names[len(head) : i]}
     consts = {n: args[n] for n in names[i + 2 :]}
     assert _in_signature_order(plan.kernel, head, mid, consts) == (tuple(mid.values()), tuple(consts.values()))
@@ -165,7 +164,7 @@ def test_plan_keeps_descriptors_without_tensors_and_rebases_them(ta, tb, c_tma):
     assert not any(isinstance(v, torch.Tensor) for d in plan.descs if d is not None for v in vars(d).values())
     a2, b2 = operand(M, K, dt, transposed=ta), operand(K, N, dt, transposed=tb)
     out2 = poisoned(M, N, dtype=dt) if c_tma else poisoned(N, M, dtype=dt).t()
-    fresh = plan._descriptors(a2, b2, out2)
+    fresh = [kernel_args(plan, a2, b2, out2)[name] for name in ("a_desc", "b_desc", "c_desc")]
     for kept, new, base in zip(plan.descs, fresh, (a2, b2, out2)):
         if kept is None:  # C without a TMA store: the tensor itself
             assert new is base

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from cases import operand, randn
 from conftest import DEVICE
-from integration_utils import TEMPLATE_MARKER, SwiGLU, fresh_inductor_cache, kernels_of
+from integration_utils import SWIGLU_MARKER, TEMPLATE_MARKER, SwiGLU, fresh_inductor_cache, kernels_of
 from torch._inductor.utils import run_and_get_code
 from torch.testing import FileCheck
 
@@ -24,7 +24,6 @@ from inductor_mm_plugin.ops.reference import assert_mm_swiglu_close, mm_swiglu_r
 
 ops = torch.ops.inductor_mm_plugin
 FUSED_CALL = "extern_kernels.inductor_mm_plugin_mm_swiglu("
-SWIGLU_MARKER = "two weights (SwiGLU)"  # the SwiGLU template kernel's comment
 
 
 # ------------------------------------------------------------------------------ the op

@@ -26,8 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from cases import kernel_args, operand, poisoned
 from conftest import DEVICE
+from integration_utils import SWIGLU_MARKER, SwiGLU, fresh_inductor_cache, kernels_of
 from integration_utils import TEMPLATE_MARKER as MARKER
-from integration_utils import SwiGLU, fresh_inductor_cache, kernels_of
 from test_kernel_pointer import TILE_GRIDS, eager_tile_coords
 from torch._inductor.utils import run_and_get_code
 from torch.testing import FileCheck
@@ -40,8 +40,6 @@ from inductor_mm_plugin.inductor.routing import record_sites
 from inductor_mm_plugin.inductor.templates import config_kwargs, pointer, tma
 from inductor_mm_plugin.kernels.matmul import _divmod, _matmul_kernel, _tile_coords
 from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile
-
-SWIGLU_MARKER = "two weights (SwiGLU)"  # the SwiGLU template kernel's comment (test_swiglu.py)
 
 # ------------------------------------------------------------------------- rendering
 
