@@ -2,18 +2,14 @@
 
 import pytest
 import torch
-from cases import BIAS_SHAPES, DTYPES, LAYOUTS, SCALES, SHAPES, bias_of, operand, randn
+from cases import BIAS_SHAPES, DTYPES, LAYOUTS, SCALES, SHAPES, bias_of, operand, poisoned, randn
 from conftest import DEVICE
 
 import inductor_mm_plugin  # noqa: F401  (registers the ops)
-from inductor_mm_plugin.ops.matmul import addmm_launch, bmm_launch, mm_launch
+from inductor_mm_plugin.runtime import addmm_launch, bmm_launch, mm_launch
 from inductor_mm_plugin.ops.reference import assert_matmul_close
 
 ops = torch.ops.inductor_mm_plugin
-
-
-def poisoned(*shape, dtype):
-    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
 
 
 @pytest.mark.parametrize("M,N,K", SHAPES)
@@ -142,7 +138,7 @@ def test_profiler_shows_the_triton_kernel():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_autotuned_path(dtype):
-    from inductor_mm_plugin.ops.matmul import set_autotune
+    from inductor_mm_plugin.runtime import set_autotune
 
     old = set_autotune(True)
     try:
