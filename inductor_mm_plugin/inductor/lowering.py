@@ -8,6 +8,15 @@ otherwise, and, when the routing pass asked the site to compete, the plugin's ch
 of them, or its extern kernel alone where nothing fuses into the site) and aten's kernel
 benchmarked by Inductor's autotuner so the fastest runs ("route only where faster").
 
+Under the C++ wrapper (``cpp_wrapper=True``, and AOTInductor, whose wrapper is always C++)
+the extern kernels cannot be called: they are Python functions, and Inductor asks an extern
+choice for a C++ name it does not have (a bare AssertionError in ``ir.get_kernel_name``).
+There a site lowers to its template where one applies (Triton, launched from C++ like any
+Inductor kernel), else to the op itself as a fallback kernel, which the C++ wrapper calls
+through the dispatcher and an AOTInductor package through its proxy executor: what Inductor
+does with a custom op that has no lowering, so registering these lowerings never breaks a
+compile that worked without them.
+
 Registration is lazy (``register_lowerings()``, called by the backend and by
 ``inductor_options``) and idempotent. The extern choices are created when this module is
 imported: ``ExternKernelChoice`` asserts on duplicate names, and a graph loaded from
@@ -17,6 +26,8 @@ names must exist before any compiled plugin graph runs.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from ..ops.matmul import addmm_launch, bmm_launch, mm_launch
@@ -25,6 +36,7 @@ from . import compat, template
 from .routing import COMPETE_ALL, META_KEY
 
 plugin_ops = torch.ops.inductor_mm_plugin
+log = logging.getLogger("inductor_mm_plugin.lowering")
 
 
 # The extern kernels: Inductor allocates ``out`` with the layout it planned and passes it in.
@@ -85,7 +97,14 @@ def _decision() -> dict:
 # On the CPU (Triton's interpreter) only the extern kernel and aten exist.
 
 
-def _mm_like(name, extern, aten_choice, a, b, layout, m, n, k, bias=None, alpha=1, beta=1):
+def _as_fallback(op, *args, **kwargs):
+    """The op as a fallback kernel: what the C++ wrapper can call where no template applies."""
+    log.info("%s: the C++ wrapper cannot call the plugin's extern kernel; lowered as a fallback kernel "
+             "that calls the op (%s)", _decision().get("site", op), op)  # fmt: skip
+    return compat.fallback_lowering(op, *args, **kwargs)
+
+
+def _mm_like(name, extern, aten_choice, a, b, layout, m, n, k, bias=None, alpha=1, beta=1, fallback=None):
     decision = _decision()
     compete = decision.get("compete")  # None, COMPETE_ALL or COMPETE_KERNELS
     nodes = [bias, a, b] if bias is not None else [a, b]
@@ -94,7 +113,10 @@ def _mm_like(name, extern, aten_choice, a, b, layout, m, n, k, bias=None, alpha=
     if template.usable(layout) and (compete == COMPETE_ALL or (decision.get("epilogue") and not compete)):
         template.append_choices(choices, a, b, layout, m=m, n=n, k=k, bias=bias, alpha=alpha, beta=beta,
                                 compete=compete == COMPETE_ALL)  # fmt: skip
-    if compete or not choices:
+    if compat.cpp_wrapper():
+        if not choices:
+            return fallback()
+    elif compete or not choices:
         choices.append(extern.bind(tuple(nodes), layout, **scalars))
     if compete:
         choices.append(aten_choice.bind(tuple(nodes), layout, **scalars))
@@ -102,17 +124,22 @@ def _mm_like(name, extern, aten_choice, a, b, layout, m, n, k, bias=None, alpha=
 
 
 def lower_mm(a, b):
+    fallback = lambda: _as_fallback(plugin_ops.mm.default, a, b)  # noqa: E731
     m, n, k, layout, a, b = compat.mm_args(a, b)
-    return _mm_like("inductor_mm_plugin_mm", plugin_mm_choice, compat.aten_mm, a, b, layout, m, n, k)
+    return _mm_like("inductor_mm_plugin_mm", plugin_mm_choice, compat.aten_mm, a, b, layout, m, n, k,
+                    fallback=fallback)  # fmt: skip
 
 
 def lower_addmm(bias, a, b, *, beta=1, alpha=1):
+    fallback = lambda: _as_fallback(plugin_ops.addmm.default, bias, a, b, beta=beta, alpha=alpha)  # noqa: E731
     m, n, k, layout, a, b, bias = compat.mm_args(a, b, bias)
     return _mm_like("inductor_mm_plugin_addmm", plugin_addmm_choice, compat.aten_addmm, a, b, layout, m, n, k,
-                    bias=bias, alpha=alpha, beta=beta)  # fmt: skip
+                    bias=bias, alpha=alpha, beta=beta, fallback=fallback)  # fmt: skip
 
 
 def lower_bmm(a, b):
+    if compat.cpp_wrapper():  # bmm has no template
+        return _as_fallback(plugin_ops.bmm.default, a, b)
     _, _, _, layout, a, b = compat.mm_args(a, b)
     choices = [plugin_bmm_choice.bind((a, b), layout)]
     if _decision().get("compete"):
@@ -124,13 +151,17 @@ def lower_mm_swiglu(x, w_gate, w_up):
     """Both matmuls and the product in the SwiGLU template where it applies (CUDA, fp16/bf16,
     TMA-readable static operands); otherwise, and also when the site competes, the extern
     op (the plugin's two matmul kernels, then the product)."""
+    fallback = lambda: _as_fallback(plugin_ops.mm_swiglu.default, x, w_gate, w_up)  # noqa: E731
     _, _, _, layout, x, w_gate = compat.mm_args(x, w_gate)
     _, _, _, _, x, w_up = compat.mm_args(x, w_up)
     compete = _decision().get("compete")
     choices = []
     if template.swiglu_template_applies(x, w_gate, w_up, layout):
         template.append_swiglu_choices(choices, x, w_gate, w_up, layout, compete=bool(compete))
-    if compete or not choices:
+    if compat.cpp_wrapper():
+        if not choices:
+            return fallback()
+    elif compete or not choices:
         choices.append(plugin_mm_swiglu_choice.bind((x, w_gate, w_up), layout))
     return compat.select_algorithm("inductor_mm_plugin_mm_swiglu", choices, [x, w_gate, w_up], layout)
 
