@@ -43,6 +43,7 @@ from ..kernels import configs
 from ..kernels.configs import MatmulConfig
 from ..kernels.matmul import _tile_coords_int
 from ..ops.matmul import input_precision  # TF32 exactly when torch allows it, as in eager
+from ..ops.matmul import no_tma_reason
 from . import compat
 
 TEMPLATE_NAME = "inductor_mm_plugin_mm"
@@ -255,7 +256,7 @@ def swiglu_template_applies(x, w_gate, w_up, layout) -> bool:
     and strides, TMA-readable, both weights in the same storage order."""
     if not usable(layout) or layout.dtype not in (torch.float16, torch.bfloat16):
         return False
-    if not all(_static(t) for t in (x, w_gate, w_up)) or not compat.can_use_tma(x, w_gate, w_up):
+    if not tma_readable(layout, x, w_gate, w_up):
         return False
     return _known_equal(w_gate.get_stride()[0], 1) == _known_equal(w_up.get_stride()[0], 1)
 
@@ -348,6 +349,16 @@ def _tma_operands(a, b, layout) -> tuple[bool, bool, int]:
 
 def _static(node) -> bool:
     return all(not getattr(x, "free_symbols", None) for x in (*node.get_size(), *node.get_stride()))
+
+
+def tma_readable(layout, *nodes) -> bool:
+    """Whether the TMA templates can read these IR operands: a GPU with TMA (sm_90 and
+    later; an Ampere GPU takes the pointer template), static sizes and strides (a
+    descriptor built for one shape's strides must not be reused for another's), and
+    16-byte alignment (Inductor's own ``can_use_tma``)."""
+    if no_tma_reason(layout.device) is not None:
+        return False
+    return all(_static(t) for t in nodes) and compat.can_use_tma(*nodes)
 
 
 # The fused epilogue's layout conversion takes scratch that Triton sizes, not the plugin:
@@ -448,10 +459,9 @@ def append_choices(choices: list, a, b, layout, *, m, n, k, bias=None, alpha=1, 
     else:
         nodes, extra = (a, b), {}
 
-    # The TMA template where the operands allow it: static sizes and strides (a descriptor
-    # built for one shape's strides must not be reused for another's), 16-byte alignment.
+    # The TMA template where the GPU and the operands allow it (tma_readable).
     tma = []
-    if _static(a) and _static(b) and compat.can_use_tma(a, b):
+    if tma_readable(layout, a, b):
         a_kmajor, b_kmajor, num_sms = _tma_operands(a, b, layout)
         tma = tma_configs(*hints, dtype, a_kmajor, b_kmajor, num_sms, compete=compete)
         # nn.Linear's bias (broadcast along M, alpha = beta = 1) goes into the kernel; the

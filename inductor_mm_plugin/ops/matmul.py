@@ -243,12 +243,42 @@ def _tma_operands(a, b, ptr_a: int, ptr_b: int):
     return ta, tb
 
 
+# TMA (the tensor-memory accelerator the TMA kernel and templates read operands through) is
+# sm_90 and later: an Ampere GPU (sm_80/sm_86) takes the pointer kernel.
+_TMA_MIN_CAPABILITY = (9, 0)
+_CAPABILITIES: dict[int, tuple[int, int]] = {}
+
+
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    """The CUDA compute capability of ``device``, looked up once per device; None off CUDA
+    (the interpreter, which runs the TMA kernel too)."""
+    if device.type != "cuda":
+        return None
+    index = torch.cuda.current_device() if device.index is None else device.index
+    capability = _CAPABILITIES.get(index)
+    if capability is None:
+        capability = _CAPABILITIES[index] = tuple(torch.cuda.get_device_capability(index))
+    return capability
+
+
+def no_tma_reason(device: torch.device) -> str | None:
+    """Why ``device`` cannot run the TMA kernel (a GPU before sm_90), or None."""
+    capability = device_capability(device)
+    if capability is None or capability >= _TMA_MIN_CAPABILITY:
+        return None
+    return f"the GPU (sm_{capability[0]}{capability[1]}) has no TMA (sm_90 and later): the pointer kernel"
+
+
 def pointer_kernel_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
     """Why operands laid out like ``a`` and ``b`` would take the pointer kernel rather than
-    the TMA kernel, or None. Judged from shapes, strides and storage offsets alone, so it
-    works on fake tensors too (allocations themselves are assumed 16-byte aligned, as
-    torch's allocators make them); the same rules as ``_tma_layout`` and ``batch_fits``.
+    the TMA kernel, or None. Judged from the device, shapes, strides and storage offsets
+    alone, so it works on fake tensors too (allocations themselves are assumed 16-byte
+    aligned, as torch's allocators make them); the same rules as ``_tma_layout`` and
+    ``batch_fits``.
     """
+    no_tma = no_tma_reason(a.device)
+    if no_tma is not None:
+        return no_tma
     offset = lambda t: t.storage_offset() * t.element_size()  # noqa: E731
     operands = _tma_operands(a, b, offset(a), offset(b))
     if operands is None:
@@ -278,6 +308,8 @@ def _tf32_a_from_registers(layout, precision: str) -> bool:
 
 def _tma_layout(a, b, out):
     """(a_kmajor, lda, b_kmajor, ldb, c_tma, ldc) when the TMA kernel can take this call, else None."""
+    if no_tma_reason(a.device) is not None:
+        return None
     operands = _tma_operands(a, b, a.data_ptr(), b.data_ptr())
     if operands is None:
         return None
