@@ -58,6 +58,7 @@ def test_the_capability_is_looked_up_once_per_device(monkeypatch):
     monkeypatch.setattr(impl, "_CAPABILITIES", {})
     monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for _ in range(3):
         assert impl.device_capability(torch.device("cuda", 0)) == (9, 0)
         assert impl.device_capability(torch.device("cuda")) == (9, 0)  # the current device

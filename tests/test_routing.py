@@ -166,7 +166,7 @@ def test_predicate_receives_a_readable_site():
 
 
 def test_float64_site_stays_on_stock_with_reason(caplog):
-    caplog.set_level(logging.INFO, logger="inductor_mm_plugin.routing")
+    caplog.set_level(logging.INFO, logger="inductor_mm_plugin.inductor.routing")
     with record_sites() as records:
         out, _, codes = run_compiled(MLP(dtype=torch.float64), x_of(4, 16, dtype=torch.float64), backend="inductor_mm_plugin")
     assert routed(records) == []
@@ -629,7 +629,7 @@ def test_compete_auto_logs_why_a_site_competes(caplog):
     from inductor_mm_plugin.inductor.routing import route_graph
     from inductor_mm_plugin.inductor.selection import RootInfo
 
-    with caplog.at_level(logging.INFO, logger="inductor_mm_plugin.routing"):
+    with caplog.at_level(logging.INFO, logger="inductor_mm_plugin.inductor.routing"):
         for a, b in [((1024, 128), (128, 512)), ((1000, 100), (100, 512))]:
             graph, _ = _mm_graph(_fake(*a), _fake(*b))
             route_graph(graph, PluginOptions(select="all"), RootInfo())

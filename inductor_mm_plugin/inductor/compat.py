@@ -16,9 +16,10 @@ import contextlib
 from typing import Any
 
 import torch
+from torch._dynamo.utils import counters  # noqa: F401
 from torch._inductor import config as inductor_config  # noqa: F401
 from torch._inductor import list_mode_options  # noqa: F401
-from torch._inductor.compile_fx import compile_fx  # noqa: F401
+from torch._inductor.compile_fx import compile_fx, compile_fx_inner  # noqa: F401
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files  # noqa: F401
 from torch._inductor.kernel.bmm import aten_bmm  # noqa: F401
 from torch._inductor.kernel.mm import aten_addmm, aten_mm  # noqa: F401

@@ -36,7 +36,7 @@ from . import compat, template
 from .routing import COMPETE_ALL, META_KEY
 
 plugin_ops = torch.ops.inductor_mm_plugin
-log = logging.getLogger("inductor_mm_plugin.lowering")
+log = logging.getLogger(__name__)
 
 
 # The extern kernels: Inductor allocates ``out`` with the layout it planned and passes it in.

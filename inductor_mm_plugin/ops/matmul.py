@@ -251,8 +251,9 @@ _CAPABILITIES: dict[int, tuple[int, int]] = {}
 
 def device_capability(device: torch.device) -> tuple[int, int] | None:
     """The CUDA compute capability of ``device``, looked up once per device; None off CUDA
-    (the interpreter, which runs the TMA kernel too)."""
-    if device.type != "cuda":
+    (the interpreter, which runs the TMA kernel too) and where no GPU can be asked (fake CUDA
+    tensors on a machine without one: the routing pass's CPU tests)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
         return None
     index = torch.cuda.current_device() if device.index is None else device.index
     capability = _CAPABILITIES.get(index)
