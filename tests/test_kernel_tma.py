@@ -211,9 +211,8 @@ def test_heuristic_on_gpu_shapes(layout, M, N, K):
     [None, MatmulConfig("tma", 128, 128, 32, 8, 8, 3, split_k=2), MatmulConfig("tma", 64, 128, 32, 8, 4, 3)],
     ids=lambda c: cfg_id(c) if c else "heuristic",
 )
-def test_tf32_operand_swap_paths(monkeypatch, ta, tb, cfg):
+def test_tf32_operand_swap_paths(tf32, ta, tb, cfg):
     # TF32 with an N-major B takes it from registers (B^T A^T).
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     M, N, K = 384, 256, 1000
     a = operand(M, K, torch.float32, transposed=ta)
     b = operand(K, N, torch.float32, transposed=tb)
@@ -236,11 +235,10 @@ def test_tf32_operand_swap_paths(monkeypatch, ta, tb, cfg):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("ta,tb", [(False, True), (False, False), (True, False)])
-def test_gpu_every_tf32_candidate_is_right(monkeypatch, ta, tb):
+def test_gpu_every_tf32_candidate_is_right(tf32, ta, tb):
     """Every config the heuristic or the autotuner can run for TF32, in each layout the TMA
     kernel takes, two tiles per program: on the H200 one unflattened config with an N-major B
     (256x128x32 s3, never a candidate) computed wrong results (bench/ab_configs.py)."""
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     M, N, K = 4096, 2048, 256
     a = operand(M, K, torch.float32, transposed=ta)
     b = operand(K, N, torch.float32, transposed=tb)

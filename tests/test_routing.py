@@ -163,7 +163,7 @@ def test_predicate_receives_a_readable_site():
 
 
 def test_float64_site_stays_on_stock_with_reason(caplog):
-    caplog.set_level(logging.INFO, logger="inductor_mm_plugin.routing")
+    caplog.set_level(logging.INFO, logger="inductor_mm_plugin.inductor.routing")
     with record_sites() as records:
         out, _, codes = run_compiled(MLP(dtype=torch.float64), x_of(4, 16, dtype=torch.float64), backend="inductor_mm_plugin")
     assert routed(records) == []

@@ -191,7 +191,7 @@ def test_fuse_swiglu_option_is_validated_and_keys_the_cache():
 
 
 def test_routing_log_names_the_fusion(caplog):
-    with caplog.at_level(logging.INFO, logger="inductor_mm_plugin.routing"):
+    with caplog.at_level(logging.INFO, logger="inductor_mm_plugin.inductor.routing"):
         compile_swiglu(SwiGLU(), randn(24, 32, dtype=torch.float32), fuse_swiglu=True)
     assert caplog.text.count("fused with the other matmul of silu(x @ w_gate) * (x @ w_up)") == 2, caplog.text
 

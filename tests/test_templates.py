@@ -419,7 +419,7 @@ def test_gpu_sites_with_nothing_to_fuse_compete_by_default(caplog):
     (fuse_swiglu=False: by default gate and up become one fused site, test_swiglu.py)."""
     module = SwiGLU(D, F_, torch.bfloat16)
     x = torch.randn(2048, D, device=DEVICE, dtype=torch.bfloat16)
-    with torch.no_grad(), caplog.at_level(logging.INFO, logger="inductor_mm_plugin.routing"):
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="inductor_mm_plugin.inductor.routing"):
         out, codes, records = compile_code(module, x, options={"fuse_swiglu": False})
         ref = module(x)
     assert len(records) == 3 and all(r.routed for r in records)
