@@ -94,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--select", default=None, choices=SELECT_MODES, help="which matmuls are routed (default: auto)")
     competing = c.add_mutually_exclusive_group()
     competing.add_argument("--compete", action="store_const", const=True, dest="compete",
-                           help="let Inductor pick plugin or aten at every routed site (default: on CUDA, "
-                                "where the plugin would take its slower kernel or nothing fuses into the site)")
+                           help="let Inductor's autotuner pick among the plugin's templates, its kernel and aten at "
+                                "every selected site (default 'auto': on CUDA, route a site only where the plugin's "
+                                "kernel measured faster)")
     competing.add_argument("--no-compete", action="store_const", const=False, dest="compete",
                            help="run the plugin at every routed site, whatever Inductor's autotuner would pick")
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -107,7 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--strict", action="store_true", help="exit 1 when the numerics fail")
     c.add_argument("--quiet", action="store_true", help="no progress on stderr")
     c.add_argument("--no-timing", action="store_true", help="numerics and the site table only")
-    c.add_argument("--cudagraphs", action="store_true", help="time under CUDA graphs")
+    graphs = c.add_mutually_exclusive_group()
+    graphs.add_argument("--cudagraphs", action="store_const", const=True, dest="cudagraphs",
+                        help="time under CUDA graphs (the default on CUDA for inference)")
+    graphs.add_argument("--no-cudagraphs", action="store_const", const=False, dest="cudagraphs",
+                        help="time without CUDA graphs")
+    c.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (default 7)")
+    c.add_argument("--write-plan", metavar="PATH",
+                   help="write a routing plan (where the plugin won) for options={'plan': PATH}")
     c.add_argument("--train", action="store_true", default=None, help="force a backward pass")
     return p
 
@@ -174,9 +182,9 @@ def main(argv=None) -> int:
 
     try:
         options = check_options(args.option, args.select, args.compete)
-        for flag in ("json", "markdown", "plot"):
+        for flag in ("json", "markdown", "plot", "write_plan"):
             if getattr(args, flag):
-                check_output_path(f"--{flag}", getattr(args, flag))
+                check_output_path(f"--{flag.replace('_', '-')}", getattr(args, flag))
         if args.plot and importlib.util.find_spec("matplotlib") is None:
             raise UsageError("--plot needs matplotlib: pip install matplotlib")
     except UsageError as e:
@@ -205,7 +213,8 @@ def main(argv=None) -> int:
 
     try:
         report = compare(model, example_inputs, options=options, train=args.train, timing=not args.no_timing,
-                         cudagraphs=args.cudagraphs, quiet=args.quiet)  # fmt: skip
+                         cudagraphs=args.cudagraphs, rounds=args.rounds, quiet=args.quiet,
+                         write_plan=args.write_plan)  # fmt: skip
     except (CompareError, ValueError, TypeError) as e:
         return _fail(str(e))
 

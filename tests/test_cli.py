@@ -25,7 +25,7 @@ def no_compare(monkeypatch):
     def must_not_run(*args, **kwargs):
         raise AssertionError("compare ran: the command line should have been rejected first")
 
-    monkeypatch.setattr("inductor_mm_plugin.compare.compare", must_not_run)
+    monkeypatch.setattr("inductor_mm_plugin.comparison.compare", must_not_run)
 
 
 class _Report:
@@ -71,7 +71,7 @@ def _unwritable_cases(tmp_path):
     return cases
 
 
-@pytest.mark.parametrize("flag", ["--json", "--markdown", "--plot"])
+@pytest.mark.parametrize("flag", ["--json", "--markdown", "--plot", "--write-plan"])
 def test_output_paths_are_checked_before_anything_compiles(no_compare, tmp_path, capsys, flag):
     for path, message in _unwritable_cases(tmp_path):
         assert cli.main(["compare", TARGET, "--quiet", flag, path]) == cli.EXIT_ERROR, path
@@ -82,7 +82,7 @@ def test_output_paths_are_checked_before_anything_compiles(no_compare, tmp_path,
 
 
 def test_a_writable_path_is_left_as_it_was(monkeypatch, tmp_path):
-    monkeypatch.setattr("inductor_mm_plugin.compare.compare", lambda *a, **k: _Report())
+    monkeypatch.setattr("inductor_mm_plugin.comparison.compare", lambda *a, **k: _Report())
     path = tmp_path / "ab.json"
     # The check creates the file to see that it can, and removes it again; writing the
     # report then fails (the stub's to_json), as a full disk would: one line, exit 2.
@@ -91,7 +91,7 @@ def test_a_writable_path_is_left_as_it_was(monkeypatch, tmp_path):
 
 
 def test_a_failing_write_after_the_comparison_is_one_line(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr("inductor_mm_plugin.compare.compare", lambda *a, **k: _Report())
+    monkeypatch.setattr("inductor_mm_plugin.comparison.compare", lambda *a, **k: _Report())
     assert cli.main(["compare", TARGET, "--quiet", "--json", str(tmp_path / "ab.json")]) == cli.EXIT_ERROR
     err = capsys.readouterr().err
     assert err == "inductor_mm_plugin compare: error: writing the report failed: [Errno 28] No space left on device\n"
@@ -132,3 +132,22 @@ def test_a_bad_option_fails_before_the_interpreter_rerun(tmp_path):
     assert res.returncode == cli.EXIT_ERROR
     assert res.stderr.startswith("inductor_mm_plugin compare: error: unknown option 'unknown'"), res.stderr
     assert "re-running" not in res.stderr and "Traceback" not in res.stderr
+
+
+def test_write_plan_and_rounds_reach_compare(monkeypatch, tmp_path):
+    seen = {}
+
+    class Passing:
+        ok = True
+
+        def __str__(self):
+            return "verdict: PASS"
+
+    def fake_compare(model, inputs, **kwargs):
+        seen.update(kwargs)
+        return Passing()
+
+    monkeypatch.setattr("inductor_mm_plugin.comparison.compare", fake_compare)
+    plan = str(tmp_path / "plan.json")
+    assert cli.main(["compare", TARGET, "--quiet", "--write-plan", plan, "--rounds", "3", "--no-cudagraphs"]) == 0
+    assert (seen["write_plan"], seen["rounds"], seen["cudagraphs"]) == (plan, 3, False)

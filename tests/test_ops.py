@@ -100,7 +100,7 @@ def test_output_metadata_matches_torch():
 
 
 def test_fp32_input_precision_follows_allow_tf32(monkeypatch):
-    from inductor_mm_plugin.ops import matmul as impl
+    from inductor_mm_plugin.runtime import layout as impl
 
     monkeypatch.setattr(impl, "interpreting", lambda: False)
     before = torch.backends.cuda.matmul.allow_tf32
