@@ -48,7 +48,7 @@ from .inductor.options import PLUGIN_KEYS
 from .inductor.routing import SiteRecord, _root_from_dynamo, record_sites
 from .inductor.selection import RootInfo
 from .kernels.matmul import interpreting
-from .ops.matmul import addmm_launch, bmm_launch, mm_launch
+from .runtime import addmm_launch, bmm_launch, mm_launch
 from .ops.reference import UNIT_ROUNDOFF
 
 # A model output passes when the plugin's relative error (max |out - ref| / max |ref|) is

@@ -86,3 +86,11 @@ def fresh_inductor_cache():
 
     return fresh_cache()
 
+
+
+def unset_fake_temporarily():
+    """Leave fake-tensor mode inside a compile, to make and time real tensors (as Inductor's
+    own autotuner does)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily as unset
+
+    return unset()

@@ -1,12 +1,14 @@
 """Inductor lowerings for ``inductor_mm_plugin::mm/addmm/bmm/mm_swiglu``.
 
 Without a lowering a custom op reaches Inductor as an opaque fallback kernel. With one,
-Inductor decides how each routed op runs (see ``_mm_like`` for the rule): the plugin's
-Triton template when the site feeds a pointwise epilogue (on CUDA), the plugin kernel as an
-extern kernel choice (``extern_kernels.inductor_mm_plugin_mm(...)`` in the generated code)
-otherwise, and, when the routing pass asked the site to compete, the plugin's choices (all
-of them, or its extern kernel alone where nothing fuses into the site) and aten's kernel
-benchmarked by Inductor's autotuner so the fastest runs ("route only where faster").
+Inductor decides how each routed op runs, by the pass's ``RouteDecision`` (decision.py):
+
+    compete ALL:       template configs + extern plugin kernel + aten, benchmarked by Inductor
+    compete KERNELS:   extern plugin kernel + aten, benchmarked (nothing fuses into the site)
+    a pointwise user:  the template alone, so the scheduler fuses the epilogue into it
+    otherwise:         the extern plugin kernel (the persistent TMA kernel where it applies)
+
+On the CPU (Triton's interpreter) only the extern kernel and aten exist.
 
 Registration is lazy (``register_lowerings()``, called by the backend and by
 ``inductor_options``) and idempotent. The extern choices are created when this module is
@@ -19,10 +21,11 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.matmul import addmm_launch, bmm_launch, mm_launch
 from ..ops.swiglu import mm_swiglu_launch
-from . import compat, template
-from .routing import COMPETE_ALL, META_KEY
+from ..runtime import addmm_launch, bmm_launch, mm_launch
+from . import compat, decision
+from .decision import Compete
+from .templates import pointer, tma, usable
 
 plugin_ops = torch.ops.inductor_mm_plugin
 
@@ -71,32 +74,46 @@ plugin_bmm_choice = _extern_choice(inductor_mm_plugin_bmm)
 plugin_mm_swiglu_choice = _extern_choice(inductor_mm_plugin_mm_swiglu)
 
 
-def _decision() -> dict:
-    """What the routing pass recorded for the node being lowered (compete, epilogue)."""
-    node = compat.current_fx_node()
-    return node.meta.get(META_KEY, {}) if node is not None else {}
+def _template_choices(choices, a, b, nodes, layout, m, n, k, bias, alpha, beta, compete: bool) -> None:
+    """The templates' choices for ``alpha * (a @ b) + beta * bias``: the TMA template where the
+    operands allow it (and, where it offers nothing or the site competes, the pointer template)."""
+    hints = tuple(compat.V.graph.sizevars.size_hint(x, fallback=4096) for x in (m, n, k))
+    dtype = layout.dtype
+    if bias is not None and beta != 0:
+        extra = {"prefix_args": 1, "epilogue_fn": compat.addmm_epilogue(dtype, alpha, beta),
+                 "epilogue_fn_hash": str(["inductor_mm_plugin_addmm", dtype, alpha, beta])}  # fmt: skip
+    elif alpha != 1:  # beta == 0: the bias is ignored entirely (NaN in it must not propagate)
+        extra = {"epilogue_fn": _scale_epilogue(dtype, alpha), "epilogue_fn_hash": str(["scale", dtype, alpha])}
+    else:
+        extra = {}
+    offered = False
+    if tma.applies(a, b):
+        # nn.Linear's bias (broadcast along M, alpha = beta = 1) goes into the kernel.
+        linear_bias = (bias is not None and alpha == 1 and beta == 1 and tma.static(bias)
+                       and tma.known_equal(bias.get_stride()[0], 0))  # fmt: skip
+        offered = tma.append_choices(choices, a, b, nodes, layout, hints, extra, linear_bias=linear_bias,
+                                     compete=compete)  # fmt: skip
+    if compete or not offered:
+        pointer.append_choices(choices, nodes, layout, hints, extra, compete)
 
 
-# How a routed mm/addmm is lowered, by what the routing pass decided (routing.competition):
-#   compete "all":     template configs + extern plugin kernel + aten, benchmarked by Inductor
-#   compete "kernels": extern plugin kernel + aten, benchmarked (nothing fuses into the site)
-#   a pointwise user:  the template alone, so the scheduler fuses the epilogue into it
-#   otherwise:         the extern plugin kernel (the persistent TMA kernel where it applies)
-# On the CPU (Triton's interpreter) only the extern kernel and aten exist.
+def _scale_epilogue(dtype, alpha):
+    def epilogue(acc):
+        return compat.V.ops.mul(acc, compat.V.ops.constant(alpha, dtype))
+
+    return epilogue
 
 
 def _mm_like(name, extern, aten_choice, a, b, layout, m, n, k, bias=None, alpha=1, beta=1):
-    decision = _decision()
-    compete = decision.get("compete")  # None, COMPETE_ALL or COMPETE_KERNELS
+    routed = decision.current()
     nodes = [bias, a, b] if bias is not None else [a, b]
     scalars = {"beta": beta, "alpha": alpha} if bias is not None else {}
     choices = []
-    if template.usable(layout) and (compete == COMPETE_ALL or (decision.get("epilogue") and not compete)):
-        template.append_choices(choices, a, b, layout, m=m, n=n, k=k, bias=bias, alpha=alpha, beta=beta,
-                                compete=compete == COMPETE_ALL)  # fmt: skip
-    if compete or not choices:
+    if usable(layout) and (routed.compete is Compete.ALL or (routed.epilogue and routed.compete is None)):
+        _template_choices(choices, a, b, nodes, layout, m, n, k, bias, alpha, beta, routed.compete is Compete.ALL)
+    if routed.compete or not choices:
         choices.append(extern.bind(tuple(nodes), layout, **scalars))
-    if compete:
+    if routed.compete:
         choices.append(aten_choice.bind(tuple(nodes), layout, **scalars))
     return compat.select_algorithm(name, choices, nodes, layout)
 
@@ -115,7 +132,7 @@ def lower_addmm(bias, a, b, *, beta=1, alpha=1):
 def lower_bmm(a, b):
     _, _, _, layout, a, b = compat.mm_args(a, b)
     choices = [plugin_bmm_choice.bind((a, b), layout)]
-    if _decision().get("compete"):
+    if decision.current().compete:
         choices.append(compat.aten_bmm.bind((a, b), layout))
     return compat.select_algorithm("inductor_mm_plugin_bmm", choices, [a, b], layout)
 
@@ -126,10 +143,10 @@ def lower_mm_swiglu(x, w_gate, w_up):
     op (the plugin's two matmul kernels, then the product)."""
     _, _, _, layout, x, w_gate = compat.mm_args(x, w_gate)
     _, _, _, _, x, w_up = compat.mm_args(x, w_up)
-    compete = _decision().get("compete")
+    compete = decision.current().compete is not None
     choices = []
-    if template.swiglu_template_applies(x, w_gate, w_up, layout):
-        template.append_swiglu_choices(choices, x, w_gate, w_up, layout, compete=bool(compete))
+    if tma.swiglu_applies(x, w_gate, w_up, layout):
+        tma.append_swiglu_choices(choices, x, w_gate, w_up, layout, compete=compete)
     if compete or not choices:
         choices.append(plugin_mm_swiglu_choice.bind((x, w_gate, w_up), layout))
     return compat.select_algorithm("inductor_mm_plugin_mm_swiglu", choices, [x, w_gate, w_up], layout)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from typing import Any
 
+from . import plan_file
 from .selection import SelectSpec, validate_select
 
 
@@ -15,29 +17,32 @@ class PluginOptions:
 
     select:  which eligible matmuls are routed: "auto" (default), "all", "opted_in", or a
              predicate ``select(site) -> bool`` (see ``inductor_mm_plugin.inductor.selection``).
-    compete: whether a routed site lets Inductor's autotuner choose between the plugin's
-             kernels (with their fused epilogue) and aten for its shape ("route only where
-             faster"). "auto" (default), on CUDA: sites that would take the plugin's slower
-             pointer kernel (``selection.slower_path_reason``) compete with all the plugin's
-             choices, and sites with nothing to fuse (no pointwise user; every bmm) let the
-             plugin's kernel compete with aten's; a site with an epilogue takes the plugin's
-             template with the epilogue fused (``routing.competition``). True: every routed
-             site competes with all the plugin's choices. False: never, so a routed site
-             always runs the plugin.
+    compete: how the plugin earns a site ("route only where faster").
+             "auto" (default): on CUDA, a selected site is routed only where the plugin's kernel
+             measured faster than aten's on the site's own operands (measure.py: interleaved
+             rounds, under CUDA graphs when the compile uses them; cached on disk), and runs
+             that extern kernel, its epilogue in Inductor's pointwise kernel as stock; every
+             other site, and any with symbolic sizes, stays on stock. On the CPU (Triton's
+             interpreter, for testing) selected sites are routed.
+             True: every selected site is routed and Inductor's autotuner chooses among the
+             plugin's templates (with the fused epilogue), its kernel and aten.
+             False: every selected site runs the plugin, a site with a pointwise epilogue
+             in its template with the epilogue fused.
     fuse_swiglu: whether ``silu(x @ w_gate) * (x @ w_up)`` from two routed matmuls whose
              results nothing else reads becomes one ``inductor_mm_plugin::mm_swiglu``, both
              matmuls in one template kernel that writes only the product. "auto" (default):
-             on CUDA in fp16/bf16 with static shapes and TMA-readable operands, where that
-             template runs; on the H200 the fused-epilogue suite's SwiGLU blocks ran at
-             1.02-1.12 of stock with it, 0.945-0.998 without
-             (bench/results/*-epilogue-swiglu-g16.md). True: wherever the pattern
-             appears (elsewhere the op runs the plugin's two matmul kernels, then the
-             product). False: never.
+             where that template runs (CUDA, fp16/bf16, static shapes, TMA-readable operands),
+             and not under compete="auto", which routes measured extern kernels only. True:
+             wherever the pattern appears. False: never.
+    plan:    a routing plan file written by ``compare(..., write_plan=FILE)`` (plan_file.py):
+             selected sites run the plugin's kernel exactly where the plan says it won in
+             the measured model, nothing is measured at compile time; read and checked here.
     """
 
     select: SelectSpec = "auto"
     compete: bool | str = "auto"
     fuse_swiglu: bool | str = "auto"
+    plan: Any = None  # a path, read into a plan_file.Plan
 
     def __post_init__(self):
         validate_select(self.select)
@@ -45,6 +50,10 @@ class PluginOptions:
             value = getattr(self, key)
             if not isinstance(value, bool) and value != "auto":
                 raise TypeError(f"inductor_mm_plugin: {key} must be True, False or 'auto', got {value!r}")
+        if self.plan is not None and not isinstance(self.plan, plan_file.Plan):
+            if not isinstance(self.plan, (str, os.PathLike)):
+                raise TypeError(f"inductor_mm_plugin: plan must be the path of a routing plan, got {self.plan!r}")
+            object.__setattr__(self, "plan", plan_file.load(self.plan))
 
 
 PLUGIN_KEYS = tuple(f.name for f in dataclasses.fields(PluginOptions))

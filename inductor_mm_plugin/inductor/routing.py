@@ -4,7 +4,7 @@ It runs in Inductor's ``post_grad_custom_pre_pass`` slot, once on each forward g
 on each (lazily compiled) backward graph. Nodes not selected are left exactly as they are.
 A pass the user already put in that slot runs first (torch 2.11 holds one object there).
 With ``fuse_swiglu`` on, SwiGLU's two input matmuls become one ``mm_swiglu`` node instead
-(``_swiglu_pairs``, at the end of this file).
+(``swiglu_pattern.py``).
 
 Cache correctness: Inductor's FX graph cache keys on the graph and on this pass's ``uuid()``,
 never on node metadata, where the module markers are read from. So ``uuid()`` covers the
@@ -28,8 +28,11 @@ import torch.nn as nn
 
 from .. import __version__
 from ..kernels.matmul import interpreting
-from ..ops.matmul import pointer_kernel_reason
-from . import compat
+from . import compat, decision, measure
+from .graph import VIEWS, copy_meta, elementwise, pointwise
+from .decision import Compete, RouteDecision
+from .measure import Measurement
+from .swiglu_pattern import fuse_swiglu, swiglu_pairs
 from .options import PluginOptions
 from .selection import (
     IN,
@@ -40,7 +43,6 @@ from .selection import (
     describe,
     ineligible_reason,
     marked_classes_fingerprint,
-    slower_path_reason,
 )
 
 log = logging.getLogger("inductor_mm_plugin.routing")
@@ -50,12 +52,6 @@ PLUGIN_OPS = {
     "addmm": torch.ops.inductor_mm_plugin.addmm.default,
     "bmm": torch.ops.inductor_mm_plugin.bmm.default,
 }
-MM_SWIGLU = torch.ops.inductor_mm_plugin.mm_swiglu.default
-# Metadata carried from the aten node to the plugin node. ``val`` is the same fake tensor:
-# the plugin ops return exactly what aten's do (a new contiguous tensor, same dtype).
-COPIED_META = ("val", "tensor_meta", "nn_module_stack", "fwd_nn_module_stack", "custom", "stack_trace",
-               "seq_nr", "partitioner_tag", "source_fn_stack", "original_aten", "from_node")  # fmt: skip
-META_KEY = "inductor_mm_plugin"  # the routing decision, read by the lowering
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,11 +63,13 @@ class SiteRecord:
     reason: str
     graph: object = None  # the RoutePass's label: which captured graph (``compare``)
     # What a routed site competes with in Inductor's autotuner (``competition``): None,
-    # COMPETE_ALL or COMPETE_KERNELS. A competing site may end up running aten's kernel.
-    compete: str | None = None
+    # Compete.ALL or Compete.KERNELS. A competing site may end up running aten's kernel.
+    compete: Compete | None = None
     # "swiglu": the site was fused with the other matmul of a SwiGLU product into one
-    # ``inductor_mm_plugin::mm_swiglu`` (``_swiglu_pairs``).
+    # ``inductor_mm_plugin::mm_swiglu`` (swiglu_pattern.py).
     fused: str | None = None
+    # compete="auto" on CUDA: the plugin's kernel against aten's on the site's operands.
+    measured: Measurement | None = None
 
 
 # Listeners that want every decision (``compare``); a context manager adds one.
@@ -143,7 +141,7 @@ class RoutePass(compat.CustomGraphPass):
             return None  # Inductor bypasses its FX graph cache for this compile
         key = (
             "inductor_mm_plugin", __version__, _package_source_hash(), select_key, self.options.compete,
-            self.options.fuse_swiglu,
+            self.options.fuse_swiglu, sorted(self.options.plan.route.items()) if self.options.plan else None,
             dataclasses.astuple(self.root()), marked_classes_fingerprint(), interpreting(), repr(chained),
         )  # fmt: skip
         return hashlib.sha256(repr(key).encode()).hexdigest()
@@ -167,32 +165,46 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     decisions = [decide(site, ineligible_reason(node), options.select, root) for node, site in zip(nodes, sites)]
     routed_mms = [n for n, s, (routed, _) in zip(nodes, sites, decisions) if routed and s.op == "mm"]
     fused = {}  # mm node -> the SwiGLU pair it belongs to
-    for pair in _swiglu_pairs(routed_mms, options.fuse_swiglu):
+    # fuse_swiglu="auto" fuses where the SwiGLU template runs, but not under compete="auto",
+    # which routes measured extern kernels only: inside a Llama model the fused template (with
+    # the RMSNorm fused into it) took 603 us where stock took 572 (docs/performance.md).
+    measured_form = options.compete == "auto" or options.plan is not None
+    fuse = options.fuse_swiglu is True if measured_form else options.fuse_swiglu
+    for pair in swiglu_pairs(routed_mms, fuse):
         fused.update(dict.fromkeys(pair[:2], pair))
     site_of = dict(zip(nodes, sites))
     done = set()
     records = []
     for node, site, (routed, reason) in zip(nodes, sites, decisions):
-        compete = None
+        compete, measured = None, None
         if node in fused:
             gate, up, product = fused[node]
-            compete = COMPETE_ALL if options.compete is True else None
+            compete = Compete.ALL if options.compete is True else None
             if gate not in done:  # the pair's first site in graph order rewrites both
-                _fuse_swiglu(graph, gate, up, product, site_of[gate], compete)
+                fuse_swiglu(graph, gate, up, product, site_of[gate], compete)
                 done.add(gate)
             log.info("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
                      "inductor_mm_plugin::mm_swiglu", site)  # fmt: skip
         elif routed:
-            epilogue = site.op != "bmm" and _feeds_pointwise(node)
-            compete, why = competition(node, options.compete, epilogue)
-            _replace(graph, node, site, compete, epilogue)
-            if compete and why:
-                log.info("routed %s; competes with aten (compete='auto'): %s", site, why)
+            if options.plan is not None:
+                routed, reason = options.plan.decide(site)
+            elif options.compete == "auto" and _on_cuda(node):
+                routed, reason, measured = _measured_decision(node, site)
+            if routed:
+                # Under compete="auto" the routed site runs the measured form: the extern kernel,
+                # its epilogue in Inductor's pointwise kernel as stock.
+                # A measured or planned site runs the form that was timed: the extern kernel.
+                timed_form = measured is not None or options.plan is not None
+                epilogue = site.op != "bmm" and not timed_form and _feeds_pointwise(node)
+                compete = Compete.ALL if options.compete is True and options.plan is None else None
+                _replace(graph, node, site, compete, epilogue)
+                why = f"; {measured.describe()}" if measured else "; competes with aten (compete=True)" if compete else ""
+                log.info("routed %s%s", site, why)
             else:
-                log.info("routed %s%s", site, "; competes with aten (compete=True)" if compete else "")
+                log.info("not routed %s: %s", site, reason)
         else:
             log.info("not routed %s: %s", site, reason)
-        record = SiteRecord(site, routed, reason, label, compete, "swiglu" if node in fused else None)
+        record = SiteRecord(site, routed, reason, label, compete, "swiglu" if node in fused else None, measured)
         records.append(record)
         for listener in list(_listeners):
             listener(record)
@@ -202,21 +214,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
 
 # The matmuls an epilogue must not join (aten's, and the plugin's once routed).
 _MATMUL_TARGETS = {*MATMULS, *PLUGIN_OPS.values()}
-# Ops that only reinterpret a result's shape: an epilogue after them still fuses.
-_VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default,
-          torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim}  # fmt: skip
-
-
 _EPILOGUE_DEPTH = 8  # how far along views and pointwise ops an epilogue is followed
-
-
-def _pointwise(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and torch.Tag.pointwise in getattr(node.target, "tags", ())
-
-
-def _elementwise(node: torch.fx.Node) -> bool:
-    """A view or a pointwise op: what an epilogue is made of."""
-    return node.target in _VIEWS or _pointwise(node)
 
 
 def _from_other_matmul(node: torch.fx.Node, origin: torch.fx.Node, depth: int = 4) -> bool:
@@ -226,7 +224,7 @@ def _from_other_matmul(node: torch.fx.Node, origin: torch.fx.Node, depth: int = 
         return False
     if node.target in _MATMUL_TARGETS:
         return True
-    if _elementwise(node):
+    if elementwise(node):
         return any(_from_other_matmul(arg, origin, depth - 1) for arg in node.all_input_nodes)
     return False
 
@@ -235,7 +233,7 @@ def _computed_from(node: torch.fx.Node, origin: torch.fx.Node, depth: int = 4) -
     """Whether ``node`` is ``origin`` or computed from it alone by views and pointwise ops."""
     if node is origin:
         return True
-    if node.op != "call_function" or depth == 0 or not _elementwise(node):
+    if node.op != "call_function" or depth == 0 or not elementwise(node):
         return False
     return bool(node.all_input_nodes) and all(_computed_from(arg, origin, depth - 1) for arg in node.all_input_nodes)
 
@@ -258,9 +256,9 @@ def _feeds_pointwise(node: torch.fx.Node) -> bool:
         for user in current.users:
             if user.op != "call_function" or depth == _EPILOGUE_DEPTH:
                 continue
-            if user.target in _VIEWS:
+            if user.target in VIEWS:
                 frontier.append((user, depth + 1))
-            elif _pointwise(user):
+            elif pointwise(user):
                 others = [arg for arg in user.all_input_nodes if arg is not current]
                 if any(_from_other_matmul(arg, node) for arg in others):
                     return False
@@ -272,33 +270,19 @@ def _feeds_pointwise(node: torch.fx.Node) -> bool:
     return found
 
 
-# What a routed site lets Inductor's autotuner choose from (the lowering reads it):
-COMPETE_ALL = "all"  # the plugin's template configs, its extern kernel and aten
-COMPETE_KERNELS = "kernels"  # the plugin's extern kernel and aten
-
-
-def competition(node: torch.fx.Node, option: bool | str, epilogue: bool) -> tuple[str | None, str]:
-    """(what the site competes with, or None; why, for the log) under the ``compete`` option.
-
-    ``compete="auto"`` lets a CUDA site compete where routing it could only cost time:
-    * where the plugin would run its slower pointer kernel (``slower_path_reason``): its
-      template configs, its kernel and aten;
-    * where nothing fuses into it (no pointwise user, or a bmm, which has no template): the
-      plugin's value there is its kernel's speed alone, so its kernel competes with aten's
-      and the faster runs. A site with an epilogue keeps the template without competing:
-      Inductor's autotuner in default mode times a choice without its epilogue, which would
-      hide what the fusion saves.
-    """
-    if option is True:
-        return COMPETE_ALL, ""
-    if option is False:
-        return None, ""
-    slower = slower_path_reason(node)
-    if slower is not None:
-        return COMPETE_ALL, slower
-    if not epilogue and _on_cuda(node):
-        return COMPETE_KERNELS, "nothing fuses into it, so its kernel runs only where the autotuner times it faster"
-    return None, ""
+def _measured_decision(node: torch.fx.Node, site: Site) -> tuple[bool, str, Measurement | None]:
+    """(routed, reason, measurement) of a CUDA site under ``compete="auto"``: routed where the
+    plugin's kernel measured faster than aten's on the site's operands (measure.py)."""
+    vals = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
+    alpha, beta = node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1)
+    graphs = bool(compat.inductor_config.triton.cudagraphs)
+    key = measure.signature(site.op, vals, alpha, beta, graphs)
+    if key is None:
+        return False, "symbolic sizes: not measured, so it stays on stock (compete=False routes it)", None
+    measured = measure.cached_or_measure(key, site.op, vals, alpha, beta, graphs)
+    if measured.faster:
+        return True, "", measured
+    return False, f"{measured.describe()}: not faster by {measure.MARGIN:.2f}x in every round, so it stays on stock", measured
 
 
 def _on_cuda(node: torch.fx.Node) -> bool:
@@ -306,13 +290,7 @@ def _on_cuda(node: torch.fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and val.device.type == "cuda"
 
 
-def _copy_meta(src: torch.fx.Node, dst: torch.fx.Node) -> None:
-    for key in COPIED_META:
-        if key in src.meta:
-            dst.meta[key] = src.meta[key]
-
-
-def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, compete: str | None, epilogue: bool) -> None:
+def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, compete: Compete | None, epilogue: bool) -> None:
     op = PLUGIN_OPS[site.op]
     if site.op == "addmm":
         bias, a, b = node.args[:3]
@@ -322,161 +300,7 @@ def _replace(graph: torch.fx.Graph, node: torch.fx.Node, site: Site, compete: st
         args, kwargs = tuple(node.args[:2]), {}
     with graph.inserting_before(node):
         new = graph.call_function(op, args, kwargs)
-    _copy_meta(node, new)
-    new.meta[META_KEY] = {"compete": compete, "site": str(site), "epilogue": epilogue}
+    copy_meta(node, new)
+    decision.record(new, RouteDecision(str(site), compete, epilogue))
     node.replace_all_uses_with(new)
     graph.erase_node(node)
-
-
-# ------------------------------------------------------------------------------ SwiGLU
-# silu(x @ w_gate) * (x @ w_up) from two routed mm sites becomes one mm_swiglu, whose
-# template runs both matmuls in one kernel and writes only the product (ops/swiglu.py).
-
-_aten = torch.ops.aten
-_CONVERT = torch.ops.prims.convert_element_type.default
-
-
-def _skip(node, targets) -> torch.fx.Node:
-    """``node`` with any chain of ``targets`` ops above it removed (their first argument)."""
-    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets:
-        node = node.args[0]
-    return node
-
-
-def _is(node, target) -> bool:
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target == target
-
-
-def _silu_argument(node) -> torch.fx.Node | None:
-    """What ``node`` is the SiLU of, in the forms a post-grad graph holds it: ``aten.silu``,
-    ``g * sigmoid(g)``, or Inductor's decomposition ``g / (1 + exp(-g))``, with dtype
-    conversions around it (fp16/bf16 SiLU is computed in fp32); None for anything else."""
-    node = _skip(node, {_CONVERT})
-    if _is(node, _aten.silu.default):
-        return node.args[0]
-    if _is(node, _aten.mul.Tensor):
-        for g, s in (node.args, node.args[::-1]):
-            if _is(s, _aten.sigmoid.default) and s.args[0] is g:
-                return g
-    if _is(node, _aten.div.Tensor):
-        g, den = node.args
-        if _is(den, _aten.add.Tensor) and den.args[1] == 1 and _is(den.args[0], _aten.exp.default):
-            neg = den.args[0].args[0]
-            if _is(neg, _aten.neg.default) and neg.args[0] is g:
-                return g
-    return None
-
-
-def _carries(user: torch.fx.Node) -> bool:
-    """Whether a value flows on through ``user`` unchanged in kind: a view, a pointwise op or
-    a dtype conversion (``prims.convert_element_type`` carries no pointwise tag)."""
-    return user.op == "call_function" and (_elementwise(user) or user.target == _CONVERT)
-
-
-def _same_input(a, b) -> bool:
-    """The same tensor, or the same view of it (Dynamo reshapes x once per Linear)."""
-    if a is b:
-        return True
-    return (isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node) and a.op == b.op == "call_function"
-            and a.target == b.target and a.target in _VIEWS and a.args == b.args and a.kwargs == b.kwargs)  # fmt: skip
-
-
-def _only_feeds(sources, sink) -> bool:
-    """Whether everything computed from ``sources`` by views and pointwise ops flows into
-    ``sink`` alone: once the product is fused, nothing else (another op, a graph output, a
-    tensor saved for backward) may need the matmul results."""
-    seen, stack = set(sources), list(sources)
-    while stack:
-        for user in stack.pop().users:
-            if user is sink or user in seen:
-                continue
-            if not _carries(user):
-                return False
-            seen.add(user)
-            stack.append(user)
-    return True
-
-
-def _fusable_here(gate: torch.fx.Node, up: torch.fx.Node, option) -> bool:
-    """``fuse_swiglu="auto"``: where the template runs: CUDA, fp16/bf16, static shapes,
-    operands TMA can read (elsewhere the fused op would run two plain matmuls and a
-    separate product, no better than stock's fused pointwise kernel)."""
-    if option is True:
-        return True
-    val = gate.meta.get("val")
-    if not (isinstance(val, torch.Tensor) and val.device.type == "cuda" and not interpreting()
-            and val.dtype in (torch.float16, torch.bfloat16)):  # fmt: skip
-        return False
-    x, w_gate, w_up = (n.meta.get("val") if isinstance(n, torch.fx.Node) else None
-                       for n in (gate.args[0], gate.args[1], up.args[1]))  # fmt: skip
-    tensors = (val, x, w_gate, w_up)
-    if not all(isinstance(t, torch.Tensor) for t in tensors):
-        return False
-    if any(not isinstance(d, int) for t in tensors for d in (*t.shape, *t.stride())):
-        return False
-    return pointer_kernel_reason(x, w_gate) is None and pointer_kernel_reason(x, w_up) is None
-
-
-def _mul_users(node: torch.fx.Node, depth: int = 8) -> list[torch.fx.Node]:
-    """The ``aten.mul`` nodes reached from ``node`` through views, conversions and SiLU's pieces."""
-    found, stack, seen = [], [(node, 0)], {node}
-    while stack:
-        current, d = stack.pop()
-        for user in current.users:
-            if user in seen or d == depth or user.op != "call_function":
-                continue
-            seen.add(user)
-            if user.target == _aten.mul.Tensor:
-                found.append(user)
-            if _carries(user):
-                stack.append((user, d + 1))
-    return found
-
-
-def _same_shape_and_dtype(gate, up, product) -> bool:
-    g, u, p = (n.meta.get("val") for n in (gate, up, product))
-    if not all(isinstance(t, torch.Tensor) for t in (g, u, p)):
-        return False
-    return g.shape == u.shape and g.dtype == u.dtype == p.dtype and p.numel() == g.numel()
-
-
-def _swiglu_pairs(mms: list[torch.fx.Node], option) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node]]:
-    """(gate mm, up mm, product) for each ``silu(x @ w_gate) * (x @ w_up)`` whose two
-    matmuls are routed mm sites of the same input and dtype, read by nothing else."""
-    if option is False:
-        return []
-    pairs, used = [], set()
-    for gate in mms:
-        for product in _mul_users(gate):
-            for i, side in enumerate(product.args[:2]):
-                arg = _silu_argument(side)
-                if arg is None or _skip(arg, {_CONVERT, *_VIEWS}) is not gate:
-                    continue
-                up = _skip(product.args[1 - i], _VIEWS)
-                ok = (up in mms and up is not gate and not {gate, up} & used
-                      and _same_input(gate.args[0], up.args[0]) and _same_shape_and_dtype(gate, up, product)
-                      and _fusable_here(gate, up, option) and _only_feeds((gate, up), product))  # fmt: skip
-                if ok:
-                    pairs.append((gate, up, product))
-                    used |= {gate, up}
-    return pairs
-
-
-def _fuse_swiglu(graph, gate, up, product, site: Site, compete: str | None) -> None:
-    x, w_gate, w_up = gate.args[0], gate.args[1], up.args[1]
-    with graph.inserting_before(product):
-        fused = graph.call_function(MM_SWIGLU, (x, w_gate, w_up))
-        out = fused
-        if tuple(product.meta["val"].shape) != tuple(gate.meta["val"].shape):
-            out = graph.call_function(_aten.reshape.default, (fused, list(product.meta["val"].shape)))
-            out.meta["val"] = product.meta["val"]
-    _copy_meta(gate, fused)
-    fused.meta[META_KEY] = {"compete": compete, "site": str(site), "epilogue": True}
-    product.replace_all_uses_with(out)
-    # Erase the product, then whatever only fed it, users before producers.
-    dead = [product]
-    while dead:
-        node = dead.pop()
-        inputs = node.all_input_nodes
-        graph.erase_node(node)
-        dead.extend(n for n in inputs if not n.users and n.op == "call_function" and n not in dead)

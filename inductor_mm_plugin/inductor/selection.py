@@ -28,7 +28,7 @@ import torch.nn as nn
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..kernels.matmul import interpreter_defect, interpreting
-from ..ops.matmul import SUPPORTED_DTYPES, pointer_kernel_reason
+from ..runtime import SUPPORTED_DTYPES
 
 aten = torch.ops.aten
 MATMULS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm"}
@@ -176,26 +176,6 @@ def ineligible_reason(node: torch.fx.Node) -> str | None:
                 "would read it uncoalesced; stock Inductor lays it out first"
             )
     return None
-
-
-def slower_path_reason(node: torch.fx.Node) -> str | None:
-    """Why an eligible CUDA site would run on the plugin's slower path, or None.
-
-    The persistent TMA kernel is the fast path; operands that TMA descriptors cannot read
-    (rows not 16-byte aligned, batches not stacked at a uniform stride, or a batch whose K
-    is not a whole number of 64-wide steps where an operand is stacked along K) take the
-    pointer kernel, measured at 0.29-0.87 of cuBLAS on the H200 for such shapes
-    (bench/results/2026-11-29-NVIDIA_H200*.md), though 1.3x on one. With ``compete="auto"``
-    these sites let Inductor's autotuner pick the plugin or aten. Symbolic shapes: None
-    (decided at run time by the launcher).
-    """
-    a, b = (arg.meta.get("val") for arg in node.args[-2:])
-    if a.device.type != "cuda":
-        return None
-    ints = (*a.shape, *a.stride(), a.storage_offset(), *b.shape, *b.stride(), b.storage_offset())
-    if any(not isinstance(x, int) for x in ints):
-        return None
-    return pointer_kernel_reason(a, b)
 
 
 # ---------------------------------------------------------------------- selection

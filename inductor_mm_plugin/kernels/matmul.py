@@ -9,8 +9,8 @@ addressed through strides too: a broadcast bias has stride 0 on its broadcast di
 
 This is the general path: any strides, any alignment, any batch layout. Aligned matrices,
 and batches of them stacked at a uniform stride, go to the persistent TMA kernel in
-``matmul_tma.py`` instead (the launcher decides); the
-configs of both kernels are chosen in ``configs.py`` (heuristic) and ``tuning.py``
+``matmul_tma.py`` instead (runtime/layout.py decides); the
+configs of both kernels are chosen in ``configs/`` (heuristic) and ``runtime/tuning.py``
 (optional autotuning with a disk cache).
 
 Structure (from the design document in shared/reference): one program per
@@ -20,10 +20,10 @@ slices into an fp32 accumulator; masked loads and stores. Added on top:
 * grouped (L2-swizzled) tile order: GROUP_M row-tiles share the same B column panel;
 * the batch index is folded into the 1-D program id (grid axis 1 is capped at 65535);
 * the addmm epilogue (alpha, beta, bias) runs on the fp32 accumulator before the store;
-* fp32 inputs use TF32 or IEEE dot products, chosen by the launcher (INPUT_PRECISION).
+* fp32 inputs use TF32 or IEEE dot products, chosen by the runtime (INPUT_PRECISION).
 
 Dtypes: fp16, bf16, fp32 in; output in the input dtype; fp32 accumulation.
-Known gaps: 32-bit element offsets inside one matrix (the launcher sends larger
+Known gaps: 32-bit element offsets inside one matrix (the runtime sends larger
 operands to aten); no split-K here (the TMA kernel has it); operands whose sizes and strides share
 no power-of-two divisor (1531 x 1531) load one element at a time, without cp.async.
 """
@@ -35,24 +35,6 @@ import os
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-
-@triton.jit
-def _dependent_launch(PDL: tl.constexpr):
-    """Programmatic dependent launch (PDL; the launcher sets ``launch_pdl``, GPU only).
-
-    ``PDL`` 0: off. 1: launched so, a grid may start while the kernel before it on the stream
-    is still finishing; ``griddepcontrol.wait`` holds each program until that kernel has
-    finished and its writes are visible, so everything after this call may read what it wrote
-    and overwrite what it read. Called before the kernel's first memory access. 2: also
-    ``launch_dependents`` right away, so that the next PDL-launched kernel may start before this
-    one finishes (its programs wait in turn). cuBLAS's Hopper kernels launch with PDL.
-    """
-    if PDL >= 1:
-        gdc_wait()
-    if PDL >= 2:
-        gdc_launch_dependents()
 
 
 def interpreting() -> bool:
@@ -137,19 +119,6 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _tile_coords_int(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    # The same order with integer divisions: the Inductor templates inline this body as
-    # source (inductor/template.py); tests/test_kernel_paths.py checks the two agree.
-    tiles_per_group = GROUP_M * num_pid_n
-    group_id = tile // tiles_per_group
-    first_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((tile % tiles_per_group) % group_size_m)
-    pid_n = (tile % tiles_per_group) // group_size_m
-    return pid_m, pid_n
-
-
-@triton.jit
 def _matmul_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr,
     M, N, K,
@@ -165,18 +134,16 @@ def _matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     DIVISOR: tl.constexpr,
-    PDL: tl.constexpr,
 ):  # fmt: skip
-    _dependent_launch(PDL)
     # Alignment. Triton specializes an integer argument divisible by 16 (and makes one equal
     # to 1 a constant), nothing in between: with K = 500 or rows of 3000 elements every
     # masked load goes one element at a time, without cp.async (ld.global.b16 in the PTX;
     # triton-lang/triton#4478; a divisible-by-8 tier was proposed in triton-lang/triton#10389).
-    # DIVISOR is a power of two that the launcher found dividing every size and every stride
+    # DIVISOR is a power of two that the runtime found dividing every size and every stride
     # other than 0 and 1; `x // DIVISOR * DIVISOR` is then x itself, and Triton's alignment
     # analysis reads the divisor off the multiply: 8-byte cp.async at DIVISOR = 4 for bf16,
     # 16-byte at 8. Values equal to 1 are constants here, not tensors, and stay as they are
-    # (the interpreter passes them as tensors, so the launcher gives it DIVISOR = 1). Written
+    # (the interpreter passes them as tensors, so the runtime gives it DIVISOR = 1). Written
     # out value by value: a @triton.jit helper receives such a constant as a plain int, and
     # `1 // DIVISOR * DIVISOR` there is 0.
     if DIVISOR > 1:

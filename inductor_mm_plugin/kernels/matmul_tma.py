@@ -5,8 +5,8 @@
 Shapes: A (BATCH, M, K), B (BATCH, K, N), C (BATCH, M, N); ``mm``/``addmm`` use BATCH = 1
 (Triton specializes the argument, so the batch arithmetic folds away). Operands arrive as
 host-side TMA descriptors (``triton.tools.tensor_descriptor.TensorDescriptor``, made by the
-launcher, ``ops/matmul.py``), so each must have a 16-byte aligned base, a unit stride on one
-dimension and a 16-byte aligned stride on the other; the launcher checks this and uses the
+runtime, ``runtime/plan.py``), so each must have a 16-byte aligned base, a unit stride on one
+dimension and a 16-byte aligned stride on the other; runtime/layout.py checks this and uses the
 pointer kernel otherwise. Host-side rather than device-side descriptors
 (``tl.make_tensor_descriptor``): a device-side one costs every program a tensormap write to
 global memory and a proxy fence before its first load, 3-4.5 us per launch on the H200
@@ -15,7 +15,7 @@ as much as a whole small matmul takes.
 
 Batches: each operand's descriptor covers all its matrices stacked along the outer
 (non-unit-stride) dimension, e.g. a K-major A as a (BATCH * M, K) matrix, and a work item
-of matrix ``bid`` reads rows ``bid * M + ...``. This needs (launcher's checks): batch
+of matrix ``bid`` reads rows ``bid * M + ...``. This needs (runtime/layout.py's checks): batch
 strides equal to rows x leading stride; K a multiple of BLOCK_K for an operand whose outer
 dimension is K (an M-major A, an N-major B), since the overhang of the last K step would
 read the next matrix's rows; and a TMA store only when BLOCK_M divides M, for the same
@@ -39,7 +39,7 @@ Structure:
 * split-K (``SPLIT_K > 1``): each work item computes one K slice; every slice stores its
   fp32 partial tile in a workspace and bumps the tile's counter; the last slice to arrive
   adds the others' partials, runs the epilogue and resets the counter to zero, so that the
-  launcher can hand the next launch the same counters without a memset (ops/split_k.py);
+  runtime can hand the next launch the same counters without a memset (runtime/split_k.py);
 * epilogue on the fp32 accumulator: alpha, beta * bias (any broadcast, through strides),
   then a TMA store, split into two BLOCK_N / 2 halves with ``EPILOGUE_SUBTILE`` to halve
   the store buffer; outputs that do not qualify for TMA (``C_TMA`` off) use masked stores.
@@ -50,18 +50,13 @@ taken from registers (``SWAP_AB`` computes C^T = B^T A^T). TF32 with an M-major 
 K-major B never comes here: taking A from registers the same way computed wrong results
 with a bias epilogue on the H200 (triton 3.6; deterministic with split-K, one rep in three
 without; possibly the register-operand wgmma ordering hazard of triton-lang/triton#5003),
-so the launcher sends that layout to the pointer kernel.
+so the runtime sends that layout to the pointer kernel.
 
-Known gaps: ``WARP_SPECIALIZE`` exists as a config option and, on the H200 with triton 3.6,
-does warp-specialize the loop (8 warps, ``FLATTEN`` off; 4 warps fail in the
-NVGPUWarpSpecialization pass), but interleaved timing put it within 3% of the flattened
-loop (bench/results/2026-11-29-NVIDIA_H200-ab-configs.json), so no heuristic config sets it;
-``programs_per_sm`` (up to SMs x programs per SM programs) likewise: smaller tiles two to
-four per SM were no faster at 768-1024 cubed (bench/results/*-sweep-odd-per-sm.json);
-fp32 with an N-major B, through registers, reaches 0.80-0.95 of cuBLAS with the loop
-unflattened (flattened: 0.54-0.67; configs._heuristic_tma_fp32); ``PDL`` (programmatic
-dependent launch, kernels/matmul.py) is off: it sped up back-to-back decode matmuls but slowed a
-matmul followed by a kernel launched without it (ops/matmul.py says by how much).
+Known gaps: fp32 with an N-major B, through registers, reaches 0.80-0.95 of cuBLAS with the
+loop unflattened (flattened: 0.54-0.67; configs/hopper.py). Tried and left out, with their
+measurements in docs/performance.md: warp specialization (within 3% of the flattened loop),
+several programs per SM (no faster at 768-1024 cubed), programmatic dependent launch (faster
+back to back, slower after another kernel, as in a model).
 """
 
 from __future__ import annotations
@@ -69,7 +64,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .matmul import _dependent_launch, _divmod, _tile_coords  # shared with the pointer kernel
+from .matmul import _divmod, _tile_coords  # shared with the pointer kernel
 
 
 @triton.jit
@@ -94,8 +89,8 @@ def _prefetch_descriptors(PREFETCH: tl.constexpr):
     the parameters: a 2-D host-side descriptor argument becomes five kernel parameters (the
     tensormap, then its shape and strides; triton 3.6 and 3.7, backends/nvidia/driver.py,
     expand_signature), and A, B and C are the first three arguments, so their tensormaps are
-    parameters 0, 5 and 10. tests/test_kernel_paths.py compiles the kernel for sm_90 and
-    checks that these are the parameters its TMA copies read. GPU only: the launcher passes 0
+    parameters 0, 5 and 10. tests/test_kernel_tma.py compiles the kernel for sm_90 and
+    checks that these are the parameters its TMA copies read. GPU only: the runtime passes 0
     in the interpreter. On the H200 it saved 0.3-0.4 us of 4.9 at 768^3 and was within 1% on
     most decode shapes (bench/ab_prefetch.py).
     """
@@ -174,12 +169,9 @@ def _matmul_kernel_tma(
     SPLIT_K: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr,
     FLATTEN: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
-    PDL: tl.constexpr,  # programmatic dependent launch (kernels/matmul.py, _dependent_launch)
     PREFETCH: tl.constexpr,  # descriptors to prefetch (_prefetch_descriptors): 0, 2 (A, B) or 3 (and C)
 ):  # fmt: skip
     _prefetch_descriptors(PREFETCH)
-    _dependent_launch(PDL)
     SUB_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
 
     start = tl.program_id(0)
@@ -192,7 +184,7 @@ def _matmul_kernel_tma(
     # the prologue's values across the flattened loop (as tutorial 09 does).
     work_c = start - num_programs
 
-    for work in tl.range(start, num_work, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+    for work in tl.range(start, num_work, num_programs, flatten=FLATTEN):
         tile = work // SPLIT_K
         k_start = (work % SPLIT_K) * k_per_split
         bid, pid_m, pid_n = _work_coords(tile, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M)

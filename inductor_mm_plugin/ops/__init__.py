@@ -1,6 +1,8 @@
-"""Layer 2: launchers and the ``torch.library`` ops ``inductor_mm_plugin::mm/addmm/bmm/mm_swiglu``."""
+"""Layer 3: the ``torch.library`` ops ``inductor_mm_plugin::mm/addmm/bmm/mm_swiglu`` (registration,
+fake, autograd) and the float64 references the tests check them against."""
 
-from .matmul import KernelFallbackWarning, addmm, bmm, kernel_unsupported_reason, mm, set_autotune, warmup
+from ..runtime import KernelFallbackWarning, kernel_unsupported_reason, set_autotune, warmup
+from .matmul import addmm, bmm, mm
 from .swiglu import mm_swiglu
 
 __all__ = ["KernelFallbackWarning", "addmm", "bmm", "kernel_unsupported_reason", "mm", "mm_swiglu", "set_autotune",

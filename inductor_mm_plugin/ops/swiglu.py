@@ -21,7 +21,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .matmul import _PT2, _check_same, _fmt_shape, _needs_grad, mm, mm_launch
+from ..runtime.checks import check_same, fmt_shape
+from ..runtime.launch import mm_launch
+from .matmul import PT2, mm, needs_grad
 
 OP = "inductor_mm_plugin.mm_swiglu"
 
@@ -34,20 +36,20 @@ def check_mm_swiglu_args(op: str, x: torch.Tensor, w_gate: torch.Tensor, w_up: t
     the two weights' shapes, dtypes, devices."""
     if x.dim() != 2 or w_gate.dim() != 2 or w_up.dim() != 2:
         raise RuntimeError(
-            f"{op}: expected 2-D matrices, but got x with shape ({_fmt_shape(x)}), w_gate with shape "
-            f"({_fmt_shape(w_gate)}) and w_up with shape ({_fmt_shape(w_up)})"
+            f"{op}: expected 2-D matrices, but got x with shape ({fmt_shape(x)}), w_gate with shape "
+            f"({fmt_shape(w_gate)}) and w_up with shape ({fmt_shape(w_up)})"
         )
     if w_gate.shape != w_up.shape:
         raise RuntimeError(
-            f"{op}: expected w_gate and w_up to have the same shape, but got ({_fmt_shape(w_gate)}) "
-            f"and ({_fmt_shape(w_up)})"
+            f"{op}: expected w_gate and w_up to have the same shape, but got ({fmt_shape(w_gate)}) "
+            f"and ({fmt_shape(w_up)})"
         )
     if x.shape[1] != w_gate.shape[0]:
         raise RuntimeError(
-            f"{op}: x and w_gate shapes cannot be multiplied ({_fmt_shape(x)} and {_fmt_shape(w_gate)}): "
+            f"{op}: x and w_gate shapes cannot be multiplied ({fmt_shape(x)} and {fmt_shape(w_gate)}): "
             f"x.shape[1] = {x.shape[1]} must equal w_gate.shape[0] = {w_gate.shape[0]}"
         )
-    _check_same(op, [("x", x), ("w_gate", w_gate), ("w_up", w_up)])
+    check_same(op, [("x", x), ("w_gate", w_gate), ("w_up", w_up)])
 
 
 # --------------------------------------------------------------------------- launcher
@@ -69,7 +71,7 @@ def mm_swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
 # -------------------------------------------------------------------------------- op
 
 _LIB = torch.library.Library("inductor_mm_plugin", "FRAGMENT")
-_LIB.define("mm_swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor", tags=_PT2)
+_LIB.define("mm_swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor", tags=PT2)
 _LIB.impl("mm_swiglu", mm_swiglu_launch, "CompositeExplicitAutograd")
 _MM_SWIGLU = torch.ops.inductor_mm_plugin.mm_swiglu.default
 
@@ -115,7 +117,7 @@ class _MmSwigluFunction(torch.autograd.Function):
 
 
 def _mm_swiglu_autograd(x, w_gate, w_up):
-    if _needs_grad(x, w_gate, w_up):
+    if needs_grad(x, w_gate, w_up):
         return _MmSwigluFunction.apply(x, w_gate, w_up)
     with torch._C._AutoDispatchBelowAutograd():
         return _MM_SWIGLU(x, w_gate, w_up)

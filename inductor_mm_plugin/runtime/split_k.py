@@ -46,7 +46,7 @@ import threading
 import torch
 
 # Counters per region: one per output tile. Split-K is chosen for grids of a few hundred
-# tiles at most (kernels/configs.py); larger ones take fresh counters.
+# tiles at most (configs/eager.py); larger ones take fresh counters.
 REGION = 4096
 # Counters per reserve chunk, from which captured launches take their own.
 RESERVE_CHUNK = 1 << 16

@@ -1,6 +1,6 @@
 """Optional autotuning whose results persist on disk across processes.
 
-The launcher uses the heuristic (``configs.heuristic_config``) unless autotuning is on
+The runtime uses the heuristic (``configs.heuristic_config``) unless autotuning is on
 (``INDUCTOR_MM_PLUGIN_AUTOTUNE=1`` or ``set_autotune(True)``); then, per shape bucket
 (``Problem.bucket()``), it asks a ``TuningCache`` first and times the candidates only on a
 miss. The cache file is keyed by GPU name, Triton version and a hash of the kernel sources,
@@ -30,7 +30,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable
 
-from .configs import MatmulConfig
+from ..configs import MatmulConfig
 
 FORMAT_VERSION = 1
 
@@ -44,12 +44,12 @@ def cache_dir() -> pathlib.Path:
 
 
 def kernel_source_hash() -> str:
-    """Hash of the files that define the kernels and their meta-parameters."""
-    here = pathlib.Path(__file__).parent
+    """Hash of the files that define the kernels and their configurations."""
+    package = pathlib.Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for name in ("matmul.py", "matmul_tma.py", "configs.py"):
-        h.update(name.encode())
-        h.update((here / name).read_bytes())
+    for path in sorted([*(package / "kernels").glob("*.py"), *(package / "configs").glob("*.py")]):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 

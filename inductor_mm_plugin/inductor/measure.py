@@ -1,0 +1,179 @@
+"""Route only where measured faster: a site's plugin kernel against aten's, on operands with
+the site's exact sizes, strides, alignment and dtype, timed when the site is compiled.
+
+What runs at a routed site under ``compete="auto"`` is the plugin's extern kernel, its
+epilogue in Inductor's own pointwise kernel, exactly as stock runs cuBLAS there; so the
+kernel against aten's is the form it will run in. Timing follows bench/'s method: the two
+arms alternate in rounds (the H200's SM clock drifts with power within seconds, so a
+sequential A-then-B timing compares clock states), and the decision takes the median of
+the per-round ratios. Under CUDA graphs (``triton.cudagraphs``, ``mode="reduce-overhead"``)
+a round replays a captured graph of each arm, which is GPU time alone; otherwise it times a
+loop of back-to-back calls, which includes each op's host cost, as the model pays it.
+
+A site is routed when the plugin was faster in every round and by ``MARGIN`` in the median:
+"when unsure, stock wins". Decisions are cached in memory and on disk (``cache.py``), keyed
+by GPU, versions, kernel source and the site's signature, so a second compile measures
+nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Callable
+
+import torch
+
+from . import compat
+
+MARGIN = 1.02  # the plugin must be at least this much faster in the median round
+ROUNDS = 5
+_TARGET_US = 300.0  # each timed region: about this long, so that event timing resolves it
+_MAX_REPS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One site's timing: the median per-call times and the per-round ratios aten / plugin."""
+
+    plugin_us: float
+    aten_us: float
+    ratios: tuple[float, ...]
+    graphs: bool  # timed under CUDA graphs (GPU time) rather than as back-to-back calls
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def faster(self) -> bool:
+        return self.ratio >= MARGIN and min(self.ratios) > 1.0
+
+    def describe(self) -> str:
+        how = "under CUDA graphs" if self.graphs else "back to back"
+        return (f"measured {self.plugin_us:.1f} us against aten's {self.aten_us:.1f} us {how} "
+                f"({self.ratio:.2f}x, {min(self.ratios):.2f}-{max(self.ratios):.2f} over {len(self.ratios)} rounds)")  # fmt: skip
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Measurement:
+        return cls(float(d["plugin_us"]), float(d["aten_us"]), tuple(float(r) for r in d["ratios"]), bool(d["graphs"]))
+
+
+def signature(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> str | None:
+    """What a site's timing depends on, as a cache key; None when a size or stride is symbolic."""
+    parts = [op, str(vals[-1].dtype).removeprefix("torch."), f"a{alpha}", f"b{beta}", "graphs" if graphs else "calls"]
+    for v in vals:
+        dims = (*v.shape, *v.stride(), v.storage_offset())
+        if not all(isinstance(d, int) for d in dims):
+            return None
+        # Alignment of the base decides TMA; the allocator aligns storage itself.
+        parts.append(f"{tuple(v.shape)}:{tuple(v.stride())}:{v.storage_offset() * v.element_size() % 16}")
+    return "|".join(parts)
+
+
+def _operand(v: torch.Tensor, device) -> torch.Tensor:
+    """Fresh random data laid out like the fake tensor ``v``: sizes, strides, storage offset."""
+    extent = 1 + sum((s - 1) * st for s, st in zip(v.shape, v.stride()) if s > 0) if v.numel() else 0
+    base = torch.randn(v.storage_offset() + extent, dtype=v.dtype, device=device)
+    return base.as_strided(tuple(v.shape), tuple(v.stride()), v.storage_offset())
+
+
+def measure(op: str, vals: list[torch.Tensor], alpha=1, beta=1, graphs: bool = False) -> Measurement:
+    """Time the plugin's kernel against aten's for one site (CUDA; real tensors made here)."""
+    from ..runtime import addmm_launch, bmm_launch, mm_launch
+
+    with compat.unset_fake_temporarily(), torch.no_grad():
+        device = vals[-1].device
+        operands = [_operand(v, device) for v in vals]
+        out_shape = (*operands[-2].shape[:-1], operands[-1].shape[-1])
+        out = torch.empty(out_shape, dtype=vals[-1].dtype, device=device)
+        if op == "addmm":
+            bias, a, b = operands
+            plugin = lambda: addmm_launch(bias, a, b, beta, alpha, out=out)  # noqa: E731
+            aten = lambda: torch.addmm(bias, a, b, beta=beta, alpha=alpha, out=out)  # noqa: E731
+        else:
+            a, b = operands
+            plugin = lambda: (mm_launch if op == "mm" else bmm_launch)(a, b, out=out)  # noqa: E731
+            aten = lambda: (torch.mm if op == "mm" else torch.bmm)(a, b, out=out)  # noqa: E731
+        return _interleaved(plugin, aten, graphs)
+
+
+def _interleaved(plugin: Callable, aten: Callable, graphs: bool) -> Measurement:
+    for fn in (plugin, aten):  # compile, plan, and create cuBLAS handles outside the timing
+        fn()
+        fn()
+    torch.cuda.synchronize()
+    reps = _reps(plugin, aten)
+    arms = {"plugin": _graphed(plugin, reps) if graphs else _looped(plugin, reps),
+            "aten": _graphed(aten, reps) if graphs else _looped(aten, reps)}  # fmt: skip
+    times: dict[str, list[float]] = {"plugin": [], "aten": []}
+    for i in range(ROUNDS):
+        for name in ("plugin", "aten") if i % 2 == 0 else ("aten", "plugin"):
+            times[name].append(_elapsed_us(arms[name]) / reps)
+    ratios = tuple(a / p for a, p in zip(times["aten"], times["plugin"]))
+    return Measurement(statistics.median(times["plugin"]), statistics.median(times["aten"]), ratios, graphs)
+
+
+def _reps(*fns: Callable) -> int:
+    """Calls per timed region, so that the slower arm's region lasts about _TARGET_US."""
+    longest = max(_elapsed_us(fn) for fn in fns)
+    return max(1, min(_MAX_REPS, int(_TARGET_US / max(longest, 1.0))))
+
+
+def _looped(fn: Callable, reps: int) -> Callable:
+    def run():
+        for _ in range(reps):
+            fn()
+
+    return run
+
+
+def _graphed(fn: Callable, reps: int) -> Callable:
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # warm-up on a side stream, as torch.cuda.graph's docs ask
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    graph.replay()
+    return graph.replay
+
+
+def _elapsed_us(fn: Callable) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3
+
+
+# ------------------------------------------------------------------------ cached decisions
+
+_MEMORY: dict[str, Measurement] = {}
+
+
+def cached_or_measure(key: str, op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> Measurement:
+    """The site's measurement from this process or the disk cache, else measured now and stored."""
+    hit = _MEMORY.get(key)
+    if hit is None:
+        store = _disk(vals[-1].device)
+        entry = store.get(key)
+        hit = Measurement.from_json(entry) if entry is not None else None
+        if hit is None:
+            hit = measure(op, vals, alpha, beta, graphs)
+            store.put(key, hit.to_json())
+        _MEMORY[key] = hit
+    return hit
+
+
+def _disk(device: torch.device):
+    from ..runtime import tuning
+
+    return tuning.decision_store(torch.cuda.get_device_name(device))

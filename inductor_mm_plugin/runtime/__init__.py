@@ -1,0 +1,34 @@
+"""Layer 2: running a matmul on the plugin's kernels, behind one small interface.
+
+* ``checks.py``: what torch would reject, and why the kernel cannot take valid operands;
+* ``layout.py``: which kernel the operands allow (TMA or pointer) and the problem's facts;
+* ``plan.py``: a call signature's launch plan, arguments bound by name; ``direct.py``: the
+  direct launch through the compiled kernel's launcher;
+* ``launch.py``: the checked and fast paths the ops run, config choice, ``warmup``;
+* ``tuning.py``: optional autotuning with a disk cache; ``split_k.py``: split-K's counters;
+* ``device.py``: the device's SM count (one source), stream and guard.
+
+The ops (``ops/``) call ``mm_launch``/``addmm_launch``/``bmm_launch``; benchmarks and tests
+use ``launch`` (a forced ``config``, ``compile_only``), ``candidates_for``, ``chosen_config``
+and ``clear_plans``.
+"""
+
+from .checks import SUPPORTED_DTYPES, KernelFallbackWarning, kernel_unsupported_reason
+from .launch import (
+    addmm_launch,
+    bmm_launch,
+    candidates_for,
+    chosen_config,
+    clear_plans,
+    launch,
+    mm_launch,
+    set_autotune,
+    warmup,
+)
+from .layout import input_precision, pointer_kernel_reason
+
+__all__ = [
+    "SUPPORTED_DTYPES", "KernelFallbackWarning", "addmm_launch", "bmm_launch", "candidates_for", "chosen_config",
+    "clear_plans", "input_precision", "kernel_unsupported_reason", "launch", "mm_launch", "pointer_kernel_reason",
+    "set_autotune", "warmup",
+]  # fmt: skip

@@ -1,0 +1,317 @@
+"""Running a matmul on the plugin's kernels: the checked path, the planned fast path, and the
+config choice (heuristic, or timed and cached on disk).
+
+Which kernel: the persistent TMA kernel where TMA can read the operands (layout.tma_layout;
+for batches also configs.batch_fits), the pointer kernel for everything else. Which config:
+the shape heuristic by default (instant, no tuning storm on the first call); timed
+candidates, cached on disk per shape bucket, when INDUCTOR_MM_PLUGIN_AUTOTUNE=1 or after
+``set_autotune(True)``; ``warmup`` does either ahead of time.
+
+Host cost: small matmuls take a few microseconds on the GPU, so the Python around them is
+most of their cost. A call's config, grid and compiled kernel are planned once per call
+signature (plan.py); a repeated call whose signature has been checked and planned before
+goes straight to the plan's direct launch (``_FAST_PLANS``): checks only ever pass or fail
+on that signature, so they would give the same answer again. 12 us of host time per mm call
+at 768^3 on the H200's host, against 11-16 us for torch.mm (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import torch
+
+from ..configs import MatmulConfig, batch_fits, candidate_configs, heuristic_config
+from ..kernels.matmul import interpreting
+from . import direct, tuning
+from .checks import check_addmm_args, check_bmm_args, check_mm_args, kernel_unsupported_reason, warn_fallback
+from .device import device_guard
+from .layout import bias_mode, input_precision, problem, tf32_a_from_registers, tma_layout
+from .plan import Flags, Plan
+
+_AUTOTUNE = os.environ.get("INDUCTOR_MM_PLUGIN_AUTOTUNE", "0") not in ("", "0")
+
+
+def set_autotune(enabled: bool) -> bool:
+    """Choose between the shape heuristic (False) and autotuning (True); returns the old value."""
+    global _AUTOTUNE
+    old, _AUTOTUNE = _AUTOTUNE, bool(enabled)
+    return old
+
+
+_PLANS: dict[tuple, Plan] = {}
+_FAST_PLANS: dict[tuple, Plan] = {}
+_MAX_PLANS = 8192
+
+
+def clear_plans() -> None:
+    """Drop every launch plan: the next call of each signature plans again."""
+    _PLANS.clear()
+    _FAST_PLANS.clear()
+
+
+# ------------------------------------------------------------------------ config choice
+
+_TUNING_CACHES: dict[str, tuning.TuningCache] = {}
+
+
+def _tuning_cache(device: torch.device) -> tuning.TuningCache:
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu-interpreter"
+    cache = _TUNING_CACHES.get(gpu)
+    if cache is None:
+        cache = _TUNING_CACHES[gpu] = tuning.TuningCache(gpu, _triton_version(), tuning.kernel_source_hash())
+    return cache
+
+
+def _triton_version() -> str:
+    import triton
+
+    return triton.__version__
+
+
+def _time_config(prob, cfg, layout, flags, a, b, out, bias, alpha, beta) -> float:
+    import triton.testing
+
+    plan = Plan(prob, cfg, layout, flags, a.device)
+    run = lambda: plan.launch(a, b, out, bias, alpha, beta)  # noqa: E731
+    run()  # compile outside the timed region
+    return triton.testing.do_bench(run, warmup=5, rep=25, return_mode="median")
+
+
+def _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune: bool) -> MatmulConfig:
+    heuristic = heuristic_config(prob, interpreting())
+    if not autotune or interpreting():
+        return heuristic
+    cache = _tuning_cache(a.device)
+    if torch.cuda.is_current_stream_capturing():
+        # No timing inside a graph capture: a bucket tuned before (warmup) or the heuristic.
+        return cache.get(prob.bucket()) or heuristic
+    time_fn = lambda cfg: _time_config(prob, cfg, layout, flags, a, b, out, bias, alpha, beta)  # noqa: E731
+    return tuning.autotune(prob.bucket(), candidate_configs(prob), time_fn, cache)
+
+
+# ------------------------------------------------------------------------------ launch
+
+
+def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=None, compile_only=False) -> Plan:
+    """out = alpha * a @ b (+ beta * bias) on 2-D or 3-D (batched) views; returns the plan used.
+
+    ``bias``, when given, is already expanded to ``out``'s shape (stride 0 where broadcast).
+    ``config`` forces a config (benchmarks, tests); ``compile_only`` compiles without
+    launching (parallel precompilation). No checks here: callers validate first.
+    """
+    if a.dim() == 3 and a.shape[0] == 1:
+        # One matrix: 2-D views, which the TMA kernel can take.
+        a, b, out = a[0], b[0], out[0]
+        bias = None if bias is None else bias[0]
+    has_bias = bias is not None and beta != 0
+    autotune = _AUTOTUNE if autotune is None else autotune
+    key = (
+        a.dtype, a.device, a.shape, b.shape, a.stride(), b.stride(), out.stride(),
+        bias.stride() if has_bias else None, alpha != 1, torch.backends.cuda.matmul.allow_tf32, autotune, config,
+        # Triton specializes pointer arguments on 16-byte alignment.
+        a.data_ptr() % 16, b.data_ptr() % 16, out.data_ptr() % 16, bias.data_ptr() % 16 if has_bias else 0,
+    )  # fmt: skip
+    plan = _PLANS.get(key)
+    interpreter_bf16 = interpreting() and a.dtype == torch.bfloat16
+    # Interpreter only: its fp32 -> bf16 cast truncates instead of rounding to nearest even
+    # (cast_impl passes no rounding mode; triton 3.7.1 runtime/interpreter.py), so the kernel
+    # stores fp32 and torch rounds. The GPU path stores bf16 directly.
+    kernel_out = out.new_empty(out.shape, dtype=torch.float32) if interpreter_bf16 else out
+    with device_guard(a.device), _interpreter_lock():
+        if plan is None:
+            plan = _plan(a, b, kernel_out, bias if has_bias else None, alpha, beta, autotune, config,
+                         interpreter_bf16)  # fmt: skip
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
+        if compile_only:
+            plan.compile(a, b, kernel_out, bias)
+            return plan
+        plan.launch(a, b, kernel_out, bias, alpha, beta)
+    if interpreter_bf16:
+        out.copy_(kernel_out)
+    return plan
+
+
+def _plan(a, b, out, bias, alpha, beta, autotune, config, interpreter_bf16) -> Plan:
+    has_bias = bias is not None
+    flags = Flags(has_bias=has_bias, bias_mode=bias_mode(bias) if has_bias else "mn", scale_acc=alpha != 1,
+                  input_precision=input_precision(a.dtype), interpreter_bf16=interpreter_bf16)  # fmt: skip
+    # The TMA kernel's bias has no batch stride: a batched bias takes the pointer kernel.
+    layout = None if has_bias and a.dim() == 3 else tma_layout(a, b, out)
+    if layout is not None and tf32_a_from_registers(layout.a_kmajor, layout.b_kmajor, flags.input_precision):
+        layout = None
+    prob = problem(a, b, out, layout, has_bias, flags.input_precision)
+    if config is not None:
+        cfg = config
+        if cfg.kernel == "tma" and (layout is None or not batch_fits(prob, cfg)):
+            raise ValueError(f"config {cfg.short()} needs TMA-compatible operands (16-byte aligned rows, "
+                             "batches stacked; not TF32 with an M-major A and a K-major B)")
+    else:
+        cfg = _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune)
+    return Plan(prob, cfg, layout if cfg.kernel == "tma" else None, flags, a.device)
+
+
+# Triton's interpreter is not thread-safe: concurrent launches raised InterpreterErrors and
+# once returned a wrong result. The GPU path takes no lock.
+_INTERPRETER_LOCK = threading.RLock()
+
+
+def _interpreter_lock():
+    return _INTERPRETER_LOCK if interpreting() else _NO_LOCK
+
+
+class _NoLock:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_LOCK = _NoLock()
+
+
+def candidates_for(a: torch.Tensor, b: torch.Tensor) -> list[MatmulConfig]:
+    """What autotuning would time for ``mm(a, b)`` (benchmarks precompile these in parallel)."""
+    out = a.new_empty((a.shape[0], b.shape[1]))
+    prob = problem(a, b, out, tma_layout(a, b, out), False, input_precision(a.dtype))
+    return candidate_configs(prob, interpreting())
+
+
+def chosen_config(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> MatmulConfig | None:
+    """The config a call ``mm(a, b)`` (``addmm`` with ``bias``) ran with, if it ran already."""
+    for key, plan in _PLANS.items():
+        if key[:6] == (a.dtype, a.device, a.shape, b.shape, a.stride(), b.stride()) and key[10] == _AUTOTUNE:
+            if (key[7] is not None) == (bias is not None):
+                return plan.cfg
+    return None
+
+
+# ------------------------------------------------------------------------ entry points
+# What the custom ops run. ``out`` exists for the Inductor extern kernels (a planned buffer)
+# and for tests, which pass a NaN-poisoned buffer to prove that every element is written.
+
+_CHECKS = {"mm": check_mm_args, "bmm": check_bmm_args}
+_ATEN = {"mm": torch.mm, "bmm": torch.bmm}
+
+
+def mm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return _matmul("mm", a, b, out)
+
+
+def bmm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return _matmul("bmm", a, b, out)
+
+
+def addmm_launch(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta=1, alpha=1,
+                 out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    return _matmul("addmm", a, b, out, bias, beta, alpha)
+
+
+def _signature(a, b, out, extra) -> tuple:
+    """What decides a call's checks and plan, bar the data (pointer alignment included)."""
+    tf32 = a.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    out_sig = None if out is None else (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() % 16)
+    return (
+        a.dtype, b.dtype, a.device, b.device, a.shape, b.shape, a.stride(), b.stride(),
+        a.data_ptr() % 16, b.data_ptr() % 16, out_sig, tf32, _AUTOTUNE, extra,
+    )  # fmt: skip
+
+
+def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
+    name = f"inductor_mm_plugin.{op}"
+    key = None
+    if a.is_cuda:
+        extra = op if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device, bias.data_ptr() % 16,
+                                         beta == 0, alpha == 1)  # fmt: skip
+        key = _signature(a, b, out, extra)
+        plan = _FAST_PLANS.get(key)
+        if plan is not None:
+            res = a.new_empty((*a.shape[:-1], b.shape[-1])) if out is None else out
+            # The plan of a batch of one was made on 2-D views (see launch).
+            views = (a[0], b[0], res[0]) if a.dim() == 3 and a.shape[0] == 1 else (a, b, res)
+            if _launch_direct(plan, *views, bias if beta != 0 else None, alpha, beta):
+                return res
+    if bias is None:
+        _CHECKS[op](name, a, b)
+        reason = kernel_unsupported_reason(a, b)
+    else:
+        check_addmm_args(name, bias, a, b)
+        reason = kernel_unsupported_reason(a, b, bias)
+    if reason is not None:
+        warn_fallback(name, reason)
+        if bias is None:
+            return _ATEN[op](a, b).contiguous()
+        return torch.addmm(bias, a, b, beta=beta, alpha=alpha).contiguous()
+    res = a.new_empty((*a.shape[:-1], b.shape[-1])) if out is None else out
+    if res.numel():
+        expanded = None if bias is None else bias.expand(res.shape)
+        plan = launch(a, b, res, expanded, beta, alpha)
+        if key is not None and plan.compiled is not None:
+            if len(_FAST_PLANS) >= _MAX_PLANS:
+                _FAST_PLANS.clear()
+            _FAST_PLANS[key] = plan
+    return res
+
+
+def _launch_direct(plan, a, b, out, bias, alpha, beta) -> bool:
+    if not direct.usable():
+        return False
+    if plan.device.index != torch.cuda.current_device():
+        with torch.cuda.device(plan.device):
+            return plan.launch_direct(a, b, out, bias, alpha, beta)
+    return plan.launch_direct(a, b, out, bias, alpha, beta)
+
+
+# ------------------------------------------------------------------------------ warmup
+
+
+def warmup(
+    shapes,
+    dtype: torch.dtype = torch.bfloat16,
+    *,
+    layout: str = "row",
+    bias: bool = False,
+    device: str | torch.device = "cuda",
+    tune: bool | None = None,
+) -> dict[tuple, MatmulConfig]:
+    """Compile, and with ``tune`` autotune, the kernels for these shapes now.
+
+    Call it before capturing a CUDA graph: inside a capture nothing is timed, so a shape
+    that was not tuned before runs the heuristic's config. ``shapes`` holds ``(M, N, K)``
+    for ``mm``/``addmm`` or ``(B, M, N, K)`` for ``bmm``; ``layout`` is ``"row"`` (B is a
+    row-major (K, N) matrix) or ``"linear"`` (B is a transposed (N, K) weight, as
+    ``nn.Linear`` passes it); ``tune`` defaults to the current autotuning setting. Tuned
+    choices land in the on-disk cache, so later processes reuse them. Returns the config
+    chosen per shape.
+    """
+    if layout not in ("row", "linear"):
+        raise ValueError(f"warmup: layout must be 'row' or 'linear', got {layout!r}")
+    device = torch.device(device)
+    chosen = {}
+    for shape in shapes:
+        shape = tuple(int(s) for s in shape)
+        if len(shape) == 3:
+            (M, N, K), batch = shape, None
+        elif len(shape) == 4:
+            batch, M, N, K = shape
+        else:
+            raise ValueError(f"warmup: expected (M, N, K) or (B, M, N, K), got {shape}")
+        lead = () if batch is None else (batch,)
+        a = torch.randn(*lead, M, K, dtype=dtype, device=device)
+        if layout == "linear":
+            b = torch.randn(*lead, N, K, dtype=dtype, device=device).transpose(-1, -2)
+        else:
+            b = torch.randn(*lead, K, N, dtype=dtype, device=device)
+        out = torch.empty(*lead, M, N, dtype=dtype, device=device)
+        reason = kernel_unsupported_reason(a, b)
+        if reason is not None:
+            raise RuntimeError(f"warmup: the kernel cannot run {shape} {dtype} on {device}: {reason}")
+        if out.numel() == 0:
+            continue
+        bias_t = torch.randn(N, dtype=dtype, device=device).expand(*lead, M, N) if bias else None
+        chosen[shape] = launch(a, b, out, bias_t, 1.0, 1.0, autotune=tune).cfg
+    return chosen
