@@ -21,8 +21,8 @@ def inductor_options(*, select="auto", compete="auto", **inductor_config):
 
 
 def compare(model, example_inputs, **kwargs):
-    """A/B comparison of the plugin against stock Inductor; see ``inductor_mm_plugin.compare``."""
-    from .compare import compare as impl
+    """A/B comparison of the plugin against stock Inductor; see ``inductor_mm_plugin.comparison``."""
+    from .comparison import compare as impl
 
     return impl(model, example_inputs, **kwargs)
 

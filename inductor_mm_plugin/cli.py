@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         env = {**os.environ, "TRITON_INTERPRET": "1"}
         os.execve(sys.executable, [sys.executable, "-m", "inductor_mm_plugin", *argv], env)
 
-    from .compare import CompareError, compare
+    from .comparison import CompareError, compare
 
     options = {}
     if args.select:

@@ -16,7 +16,7 @@ from integration_utils import MLP, SwiGLU
 
 import inductor_mm_plugin
 from inductor_mm_plugin import cli
-from inductor_mm_plugin.compare import CompareError, compare
+from inductor_mm_plugin.comparison import CompareError, compare
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
@@ -209,7 +209,7 @@ def test_strict_exits_nonzero_on_numerics_failure(monkeypatch, capsys):
         def __str__(self):
             return "verdict: FAIL"
 
-    monkeypatch.setattr("inductor_mm_plugin.compare.compare", lambda *a, **k: Failing())
+    monkeypatch.setattr("inductor_mm_plugin.comparison.compare", lambda *a, **k: Failing())
     target = f"{EXAMPLES}/mlp.py:make"
     assert cli.main(["compare", target, "--strict", "--quiet"]) == cli.EXIT_NUMERICS
     assert cli.main(["compare", target, "--quiet"]) == 0
@@ -221,7 +221,7 @@ def test_cli_option_without_value_is_an_error(capsys):
 
 
 def test_competing_sites_are_marked_in_the_tables():
-    from inductor_mm_plugin.compare import SiteResult, _routed
+    from inductor_mm_plugin.comparison.report import SiteResult, _routed
 
     site = dict(graph=0, module="down", op="mm", phase="forward", shapes=[[4, 32], [32, 16]], dtype="bfloat16",
                 strides=[[32, 1], [1, 32]])  # fmt: skip
@@ -270,7 +270,7 @@ def test_fused_swiglu_sites_time_their_pair():
 def test_a_pair_that_does_not_fuse_alone_times_each_kernel(monkeypatch):
     """Where compiling the pair alone does not fuse it, each site times its own kernel and
     its row says so (starred, with the note)."""
-    monkeypatch.setattr("inductor_mm_plugin.compare._time_swiglu_pair", lambda *a, **k: None)
+    monkeypatch.setattr("inductor_mm_plugin.comparison.timing._time_swiglu_pair", lambda *a, **k: None)
     r = swiglu_report()
     gate = next(s for s in r.sites if s.module == "gate")
     assert gate.timed == "kernel" and gate.plugin_ms > 0 and gate.aten_ms > 0
@@ -281,7 +281,7 @@ def test_a_pair_that_fails_to_time_warns_and_times_each_kernel(monkeypatch):
     def broken(self, x, w_gate, w_up):
         raise RuntimeError("no pair today")
 
-    monkeypatch.setattr("inductor_mm_plugin.compare._SwiGLUPair.forward", broken)
+    monkeypatch.setattr("inductor_mm_plugin.comparison.timing._SwiGLUPair.forward", broken)
     with pytest.warns(UserWarning, match="timing the SwiGLU pair of gate .RuntimeError: no pair today"):
         r = swiglu_report()
     assert {s.module: s.timed for s in r.sites} == {"gate": "kernel", "up": "kernel", "down": "kernel"}
@@ -291,7 +291,8 @@ def test_a_pair_that_fails_to_time_warns_and_times_each_kernel(monkeypatch):
 def test_swiglu_pair_is_timed_only_when_it_fuses():
     """_time_swiglu_pair reads the routing records of its own compile: with fusion off the
     pair compiles as two matmuls, and it returns None."""
-    from inductor_mm_plugin.compare import SiteResult, _time_swiglu_pair
+    from inductor_mm_plugin.comparison.report import SiteResult
+    from inductor_mm_plugin.comparison.timing import _time_swiglu_pair
 
     site = SiteResult(graph=0, module="gate", op="mm", phase="forward", shapes=[[8, 16], [16, 24]],
                       dtype="float32", strides=[[16, 1], [1, 16]], routed=True, reason="", fused="swiglu")  # fmt: skip
@@ -315,7 +316,7 @@ def cli_options(monkeypatch):
         seen.update(options or {})
         return Passing()
 
-    monkeypatch.setattr("inductor_mm_plugin.compare.compare", fake_compare)
+    monkeypatch.setattr("inductor_mm_plugin.comparison.compare", fake_compare)
     return seen
 
 

@@ -74,22 +74,28 @@ def signature(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> s
     return "|".join(parts)
 
 
-def _operand(v: torch.Tensor, device) -> torch.Tensor:
-    """Fresh random data laid out like the fake tensor ``v``: sizes, strides, storage offset."""
-    extent = 1 + sum((s - 1) * st for s, st in zip(v.shape, v.stride()) if s > 0) if v.numel() else 0
-    base = torch.randn(v.storage_offset() + extent, dtype=v.dtype, device=device)
-    return base.as_strided(tuple(v.shape), tuple(v.stride()), v.storage_offset())
+def layouts(vals: list[torch.Tensor]) -> list[tuple[tuple, tuple, int]]:
+    """(sizes, strides, storage offset) of each operand (fake or real tensors)."""
+    return [(tuple(v.shape), tuple(v.stride()), v.storage_offset()) for v in vals]
 
 
-def measure(op: str, vals: list[torch.Tensor], alpha=1, beta=1, graphs: bool = False) -> Measurement:
-    """Time the plugin's kernel against aten's for one site (CUDA; real tensors made here)."""
+def _operand(layout: tuple[tuple, tuple, int], dtype, device) -> torch.Tensor:
+    """Fresh random data with these sizes, strides and storage offset."""
+    shape, stride, offset = layout
+    extent = 1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(shape) else 0
+    base = torch.randn(offset + extent, dtype=dtype, device=device)
+    return base.as_strided(shape, stride, offset)
+
+
+def measure(op: str, operands: list[tuple[tuple, tuple, int]], dtype: torch.dtype, device, alpha=1, beta=1,
+            graphs: bool = False) -> Measurement:  # fmt: skip
+    """Time the plugin's kernel against aten's on fresh operands with these ``layouts`` (CUDA)."""
     from ..runtime import addmm_launch, bmm_launch, mm_launch
 
     with compat.unset_fake_temporarily(), torch.no_grad():
-        device = vals[-1].device
-        operands = [_operand(v, device) for v in vals]
+        operands = [_operand(layout, dtype, device) for layout in operands]
         out_shape = (*operands[-2].shape[:-1], operands[-1].shape[-1])
-        out = torch.empty(out_shape, dtype=vals[-1].dtype, device=device)
+        out = torch.empty(out_shape, dtype=dtype, device=device)
         if op == "addmm":
             bias, a, b = operands
             plugin = lambda: addmm_launch(bias, a, b, beta, alpha, out=out)  # noqa: E731
@@ -167,7 +173,7 @@ def cached_or_measure(key: str, op: str, vals: list[torch.Tensor], alpha, beta, 
         entry = store.get(key)
         hit = Measurement.from_json(entry) if entry is not None else None
         if hit is None:
-            hit = measure(op, vals, alpha, beta, graphs)
+            hit = measure(op, layouts(vals), vals[-1].dtype, vals[-1].device, alpha, beta, graphs)
             store.put(key, hit.to_json())
         _MEMORY[key] = hit
     return hit

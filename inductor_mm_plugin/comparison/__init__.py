@@ -1,0 +1,369 @@
+"""A/B comparison of the plugin against stock Inductor on the same captured graphs.
+
+    report = inductor_mm_plugin.compare(model, example_inputs, options={"select": "all"})
+    print(report)                 # readable tables
+    report.to_json("ab.json")     # machine-readable
+    report.to_markdown()          # for pasting into an issue
+    report.plot("ab.png")         # when matplotlib is installed
+
+How: Dynamo captures the model's graphs once (it may split the model into several). Each
+captured graph is compiled twice from copies of itself (``compile_fx`` mutates its input):
+stock Inductor, and Inductor with the plugin's routing pass. Both arms then run on the same
+inputs:
+
+* numerics — every graph output, and the model output (and parameter gradients for a
+  training step), against a float64 eager reference: an upcast copy of the model on
+  upcast inputs, or for one graph the captured graph itself on upcast inputs;
+* speed — the whole model step and every graph, stock against plugin in interleaved
+  rounds (the order alternating; the median of the per-round ratios, and a verdict:
+  faster, slower or within noise, from their spread), under CUDA graphs by default on CUDA
+  (noted where a model cannot be captured); per routed site, the plugin kernel against
+  the aten kernel on fresh operands of the same shapes, dtype and layout (the routing
+  pass's own measurement where it made one). The two matmuls of a fused SwiGLU product run
+  as one kernel, so their rows time that pair instead: ``silu(x @ w_gate) * (x @ w_up)``
+  compiled alone on the sites' shapes, by the plugin (the fused kernel) and by stock
+  Inductor (two matmuls and a pointwise kernel). On the CPU the kernels run in Triton's
+  interpreter: times are reported and marked not meaningful.
+
+``write_plan=FILE`` writes a routing plan from what was measured (the backend obeys it with
+``options={"plan": FILE}``; inductor/plan_file.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import math
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from .. import __version__
+from ..inductor import compat, plan_file
+from ..inductor.backend import config_patches
+from ..inductor.measure import MARGIN
+from ..inductor.options import PLUGIN_KEYS
+from ..inductor.routing import SiteRecord, _root_from_dynamo, record_sites
+from ..inductor.selection import RootInfo
+from ..kernels.matmul import interpreting
+from ..ops.reference import UNIT_ROUNDOFF
+from .report import CompareError, Error, GraphResult, Report, SiteResult
+from .timing import ROUNDS, interleaved, time_sites
+
+# A model output passes when the plugin's relative error (max |out - ref| / max |ref|) is
+# within the dtype's tolerance, or within twice stock Inductor's own error on the same graph
+# (a deep graph accumulates rounding that no matmul can remove). Tolerances: 8 output
+# roundings (three bits) for fp16/bf16; for fp32, TF32's operand rounding (about 1e-3).
+# A dropped K slice or a wrong tile is off by whole products, far beyond either.
+TOLERANCE = {torch.float32: 1e-3, torch.float16: 8 * UNIT_ROUNDOFF[torch.float16],
+             torch.bfloat16: 8 * UNIT_ROUNDOFF[torch.bfloat16], torch.float64: 1e-10}  # fmt: skip
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+class _Progress:
+    def __init__(self, quiet: bool):
+        self.quiet, self.start = quiet, time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        if not self.quiet:
+            print(f"[{time.perf_counter() - self.start:7.1f}s] {stage}", file=sys.stderr, flush=True)
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [t for t in torch.utils._pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def _error(out, ref) -> Error:
+    outs, refs = _tensors(out), _tensors(ref)
+    if len(outs) != len(refs):
+        raise CompareError(f"output structure differs: {len(outs)} tensors against {len(refs)} in the reference")
+    max_abs, max_ref = 0.0, 0.0
+    for o, r in zip(outs, refs):
+        if not (o.is_floating_point() and o.numel()):
+            continue
+        diff = (o.detach().double() - r.detach().double().to(o.device)).abs()
+        max_abs = max(max_abs, float(diff.max()) if not diff.isnan().any() else math.inf)
+        max_ref = max(max_ref, float(r.detach().double().abs().max()))
+    return Error(max_abs, max_abs / max_ref if max_ref > 0 else max_abs)
+
+
+def _upcast(tree, dtype=torch.float64):
+    def up(x):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return x.detach().to(dtype).requires_grad_(x.requires_grad)
+        return x
+
+    return torch.utils._pytree.tree_map(up, tree)
+
+
+def _float_dtype(tree) -> torch.dtype:
+    for t in _tensors(tree):
+        if t.is_floating_point():
+            return t.dtype
+    return torch.float32
+
+
+
+# ------------------------------------------------------------------------ compare
+
+
+@dataclasses.dataclass
+class _Graph:
+    index: int
+    gm: torch.fx.GraphModule
+    stock: Callable
+    plugin: Callable
+    inputs: list = dataclasses.field(default_factory=list)  # the args of its first call
+
+
+def compare(
+    model: nn.Module | Callable,
+    example_inputs,
+    *,
+    options: dict[str, Any] | None = None,
+    train: bool | None = None,
+    timing: bool = True,
+    cudagraphs: bool | None = None,
+    rounds: int = ROUNDS,
+    warmup: int = 5,
+    reps: int = 20,
+    quiet: bool = True,
+    write_plan=None,
+) -> Report:
+    """Compare the plugin against stock Inductor on ``model(*example_inputs)``.
+
+    options:    the plugin backend's options (``select``, ``compete`` and Inductor config keys).
+    train:      also run backward on the (scalar) output and compare parameter gradients;
+                None means: when the output is a scalar that requires grad.
+    cudagraphs: time under CUDA graphs (default: on CUDA, for inference; a training step is
+                timed without); ``rounds`` interleaved rounds of ``reps`` calls per arm.
+    write_plan: a path: write a routing plan of where the plugin won (plan_file.py).
+    """
+    progress = _Progress(quiet)
+    options = dict(options or {})
+    _check_unwrapped(model)
+    if not torch.cuda.is_available():  # interpreter times mean nothing: keep them short
+        warmup, reps, rounds = min(warmup, 1), min(reps, 3), min(rounds, 3)
+    inductor_only = {k: v for k, v in options.items() if k not in PLUGIN_KEYS}
+    example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    params = [p for p in model.parameters()] if isinstance(model, nn.Module) else []
+    device = str(next((t.device for t in _tensors(example_inputs) + params), torch.device("cpu")))
+    dtype = _float_dtype(list(example_inputs) + params)
+
+    # The float64 reference first: an upcast copy of the model, so nothing is shared.
+    progress("float64 eager reference")
+    reference = "float64 eager (upcast copy of the model and its inputs)"
+    try:
+        ref_model = copy.deepcopy(model)
+        if isinstance(ref_model, nn.Module):
+            ref_model = ref_model.to(torch.float64)
+        ref_out, ref_grads, trained = _run(ref_model, _upcast(example_inputs), train)
+    except Exception as e:  # noqa: BLE001  (an op without float64 support, for example)
+        reference = f"float32 eager (float64 failed: {type(e).__name__}: {str(e).splitlines()[0][:100]})"
+        ref_model = copy.deepcopy(model)
+        if isinstance(ref_model, nn.Module):
+            ref_model = ref_model.float()
+        try:
+            ref_out, ref_grads, trained = _run(ref_model, _upcast(example_inputs, torch.float32), train)
+        except Exception as e2:  # noqa: BLE001
+            raise CompareError(f"the model does not run eagerly: {type(e2).__name__}: {e2}") from e2
+    train = trained
+
+    graphs: list[_Graph] = []
+    state = {"arm": "stock", "record_inputs": False}
+
+    def capture(gm, graph_inputs):
+        index = len(graphs)
+        progress(f"graph {index}: compiling the stock and plugin arms ({len(gm.graph.nodes)} nodes)")
+        root = RootInfo.of(_root_from_dynamo())
+        stock = compat.compile_fx(copy.deepcopy(gm), graph_inputs, config_patches=dict(inductor_only))
+        plugin = compat.compile_fx(copy.deepcopy(gm), graph_inputs,
+                                   config_patches=config_patches(options, root=root, label=index))  # fmt: skip
+        entry = _Graph(index, copy.deepcopy(gm), stock, plugin)
+        graphs.append(entry)
+
+        def run(*args):
+            if state["record_inputs"] and not entry.inputs:
+                entry.inputs = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+            return (entry.stock if state["arm"] == "stock" else entry.plugin)(*args)
+
+        return run
+
+    # Caches off for this compare: a cache hit would skip the routing pass, and the site
+    # table is what the pass decided.
+    with compat.fresh_inductor_cache(), record_sites() as records:
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=capture)
+        outs, grads = {}, {}
+        for arm in ("stock", "plugin"):
+            progress(f"running the {arm} arm" + (" (forward + backward)" if train else ""))
+            state.update(arm=arm, record_inputs=arm == "stock")
+            try:
+                outs[arm], grads[arm], _ = _run(compiled, example_inputs, train)
+            except CompareError:
+                raise
+            except Exception as e:
+                raise CompareError(f"the model does not compile or run under torch.compile: {type(e).__name__}: {e}") from e
+        if not records:
+            raise CompareError("the model has no matmul (aten.mm, aten.addmm or aten.bmm) in its compiled graphs")
+        # Timing the model step before Dynamo forgets the compiled frames.
+        graphs_on = device.startswith("cuda") and (cudagraphs if cudagraphs is not None else not train)
+        model_timing = None
+        if timing:
+            progress(f"timing the model step in {rounds} interleaved rounds")
+            state["record_inputs"] = False
+            model_timing = _time_model(compiled, state, example_inputs, train, device, rounds, warmup, reps, graphs_on)
+        torch._dynamo.reset()
+
+    tolerance = TOLERANCE.get(dtype, 1e-3)
+    model_result = _judge(outs["stock"], outs["plugin"], ref_out, tolerance)
+    if train:
+        model_result["grads"] = {
+            name: _judge(grads["stock"][name], grads["plugin"][name], ref_grads[name], tolerance)
+            for name in ref_grads if ref_grads[name] is not None and grads["stock"].get(name) is not None
+        }  # fmt: skip
+        model_result["ok"] = model_result["ok"] and all(g["ok"] for g in model_result["grads"].values())
+
+    if model_timing is not None:
+        model_result["timing"] = model_timing
+    progress("per-graph numerics" + (" and timing" if timing else ""))
+    graph_results = [_graph_result(g, records, tolerance, device, timing, rounds, warmup, reps, graphs_on)
+                     for g in graphs]  # fmt: skip
+
+    sites = [_site_result(r) for r in records]
+    if timing:
+        progress(f"timing {sum(s.routed and not s.timed for s in sites)} routed sites against aten")
+        time_sites(sites, options, device, warmup, reps, graphs_on)
+    if write_plan is not None:
+        _write_plan(write_plan, records, sites, model)
+
+    meaningful = device.startswith("cuda")
+    note = "" if meaningful else (
+        "times on the CPU are not meaningful: the plugin's kernels run in Triton's interpreter"
+        if interpreting() else "times on the CPU are not meaningful")  # fmt: skip
+    import triton
+
+    progress("done")
+    return Report(
+        versions={"torch": torch.__version__, "triton": triton.__version__, "plugin": __version__},
+        device=torch.cuda.get_device_name(torch.device(device)) if meaningful else "cpu",
+        timing_meaningful=meaningful,
+        timing_note=note,
+        reference=reference,
+        graphs=graph_results,
+        sites=sites,
+        model=model_result,
+        options={k: (v if isinstance(v, (str, bool, int, float)) else repr(v)) for k, v in options.items()},
+    )
+
+
+def _run(fn, inputs, train):
+    """Run forward, and backward when train (None: when the output is a scalar that
+    requires grad); return (output, {param name: grad}, whether backward ran)."""
+    module = getattr(fn, "_orig_mod", fn)  # a torch.compile'd module names its parameters "_orig_mod.*"
+    named = list(module.named_parameters()) if isinstance(module, nn.Module) else []
+    for _, p in named:
+        p.grad = None
+    grad_ctx = contextlib.nullcontext() if train is not False else torch.no_grad()
+    with grad_ctx:
+        out = fn(*inputs)
+    do_backward = train if train is not None else (
+        isinstance(out, torch.Tensor) and out.dim() == 0 and out.requires_grad)  # fmt: skip
+    grads = {}
+    if do_backward:
+        out.backward()
+        grads = {n: (p.grad.detach().clone() if p.grad is not None else None) for n, p in named}
+    out = torch.utils._pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
+    return out, grads, do_backward
+
+
+def _judge(stock, plugin, ref, tolerance) -> dict:
+    stock_err, plugin_err = _error(stock, ref), _error(plugin, ref)
+    ok = plugin_err.max_rel <= max(tolerance, 2 * stock_err.max_rel)
+    return {"stock_err": stock_err, "plugin_err": plugin_err, "tolerance": tolerance, "ok": ok}
+
+
+def _graph_result(g: _Graph, records, tolerance, device, timing, rounds, warmup, reps, cudagraphs) -> GraphResult:
+    mine = [r for r in records if r.graph == g.index]
+    result = GraphResult(g.index, len(mine), sum(r.routed for r in mine), None, None, tolerance, True)
+    if not g.inputs:
+        return result
+    args = g.inputs
+    with torch.no_grad():
+        stock_out, plugin_out = g.stock(*args), g.plugin(*args)
+        try:
+            ref_out = g.gm(*_upcast(args))
+        except Exception:  # noqa: BLE001  (the captured graph may not run in float64)
+            ref_out = g.gm(*_upcast(args, torch.float32))
+        judged = _judge(stock_out, plugin_out, ref_out, tolerance)
+        result.stock_err, result.plugin_err, result.ok = judged["stock_err"], judged["plugin_err"], judged["ok"]
+        if timing:
+            ab = interleaved(lambda: g.stock(*args), lambda: g.plugin(*args), device, rounds=rounds, reps=reps,
+                             warmup=warmup, cudagraphs=cudagraphs)  # fmt: skip
+            result.stock, result.plugin, result.ratios = ab.stock, ab.plugin, ab.ratios
+    return result
+
+
+def _site_result(r: SiteRecord) -> SiteResult:
+    s = r.site
+
+    def concrete(dims):  # symbolic sizes (dynamic=True) are reported by name, e.g. "s77"
+        return [d if isinstance(d, int) else str(d) for d in dims]
+
+    measured = r.measured
+    return SiteResult(
+        graph=r.graph, module=s.module, op=s.op, phase=s.phase,
+        shapes=[concrete(x) for x in s.shapes], dtype=s.dtypes[-1], strides=[concrete(x) for x in s.strides],
+        routed=r.routed, reason=r.reason, compete=r.compete.value if r.compete else None, fused=r.fused,
+        plugin_ms=measured.plugin_us / 1e3 if measured else None, aten_ms=measured.aten_us / 1e3 if measured else None,
+        timed="kernel" if measured else None,
+    )  # fmt: skip
+
+
+def _check_unwrapped(model) -> None:
+    """DDP and FSDP wrappers run collectives in their forward and backward: compare runs the
+    model several times in one process, so it takes the module inside."""
+    wrappers = [torch.nn.parallel.DistributedDataParallel]
+    with contextlib.suppress(ImportError):
+        from torch.distributed.fsdp import FSDPModule
+
+        wrappers.append(FSDPModule)
+    if isinstance(model, tuple(wrappers)):
+        inner = "model.module" if isinstance(model, torch.nn.parallel.DistributedDataParallel) else "the unsharded module"
+        raise CompareError(f"compare needs the unwrapped module, not a {type(model).__name__}: pass {inner} "
+                           "(on one rank), compiled and compared on its own")  # fmt: skip
+
+
+def _time_model(compiled, state, inputs, train, device, rounds, warmup, reps, cudagraphs) -> dict:
+    """The whole model step, stock against plugin, in interleaved rounds."""
+
+    def arm(name):
+        def step():
+            state["arm"] = name
+            _run(compiled, inputs, train)
+
+        return step
+
+    ab = interleaved(arm("stock"), arm("plugin"), device, rounds=rounds, reps=reps, warmup=warmup,
+                     cudagraphs=cudagraphs)  # fmt: skip
+    return {"stock_ms": ab.stock.median_ms, "plugin_ms": ab.plugin.median_ms, "speedup": ab.speedup,
+            "spread": list(ab.spread), "verdict": ab.verdict, "rounds": rounds, "cudagraphs": ab.cudagraphs,
+            "note": ab.note}  # fmt: skip
+
+
+def _write_plan(path, records: list[SiteRecord], sites: list[SiteResult], model) -> None:
+    """Per selected site, whether the plugin won where it was measured: the routing pass's
+    measurement, else compare's own site timing; a site never timed stays on stock."""
+    routes = {}
+    for record, result in zip(records, sites):
+        if record.routed or record.measured is not None:
+            won = record.measured.faster if record.measured else (result.speedup or 0) >= MARGIN
+            routes[plan_file.site_key(record.site)] = won
+    plan_file.write(path, routes, model=type(model).__name__)
+

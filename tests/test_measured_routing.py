@@ -1,0 +1,163 @@
+"""compete="auto": a CUDA site is routed only where the plugin's kernel measured faster, and a
+routing plan is obeyed exactly. On the CPU the measurement is stubbed (the interpreter's times
+mean nothing) and the site treated as a CUDA one; the generated code proves what ran where."""
+
+import json
+
+import pytest
+import torch
+from conftest import DEVICE
+from integration_utils import MLP, run_compiled
+from test_routing import check_code_matches
+
+from inductor_mm_plugin.comparison.timing import AB
+from inductor_mm_plugin.comparison.report import Timing
+from inductor_mm_plugin.inductor import measure, plan_file, routing
+from inductor_mm_plugin.inductor.measure import Measurement
+from inductor_mm_plugin.inductor.routing import record_sites
+
+
+def x_of(*shape):
+    return torch.randn(*shape, device=DEVICE)
+
+
+@pytest.fixture
+def as_if_cuda(monkeypatch):
+    """Sites count as CUDA sites, and measuring one answers from ``times`` (module -> (plugin
+    us, aten us) per round), recording which sites were measured."""
+    measured = []
+    times = {}
+
+    def fake(key, op, vals, alpha, beta, graphs):
+        plugin_us, aten_us = times[_module_of(vals)]
+        measured.append(key)
+        return Measurement(plugin_us, aten_us, tuple(aten_us / plugin_us for _ in range(5)), graphs)
+
+    def _module_of(vals):  # the Linear's in/out features tell the two sites apart
+        return "up" if vals[-1].shape[-1] == 32 else "down"
+
+    monkeypatch.setattr(routing, "_on_cuda", lambda node: True)
+    monkeypatch.setattr(measure, "cached_or_measure", fake)
+    return times, measured
+
+
+def test_auto_routes_only_the_site_measured_faster(as_if_cuda):
+    times, measured = as_if_cuda
+    times.update(up=(8.0, 10.0), down=(10.0, 9.0))  # up: plugin faster; down: aten faster
+    with torch.no_grad(), record_sites() as records:
+        _, _, codes = run_compiled(MLP(), x_of(4, 16), backend="inductor_mm_plugin",
+                                   options={"select": "all", "compete": "auto"})  # fmt: skip
+    by_module = {r.site.module: r for r in records}
+    assert by_module["up"].routed and not by_module["down"].routed
+    assert "stays on stock" in by_module["down"].reason and "measured 10.0 us against aten's 9.0 us" in by_module["down"].reason
+    assert by_module["up"].measured.ratio == pytest.approx(1.25)
+    assert len(measured) == 2
+    check_code_matches(records, codes)
+
+
+def test_faster_needs_every_round_and_the_margin():
+    assert Measurement(10.0, 10.5, (1.05, 1.04, 1.06, 1.05, 1.05), True).faster
+    assert not Measurement(10.0, 10.1, (1.01,) * 5, True).faster  # below the 2% margin
+    assert not Measurement(10.0, 10.5, (1.05, 1.04, 0.99, 1.05, 1.05), True).faster  # one round slower
+    assert Measurement.from_json(Measurement(1.0, 2.0, (2.0,), False).to_json()) == Measurement(1.0, 2.0, (2.0,), False)
+
+
+def test_signature_covers_layout_and_form_and_skips_symbolic_sizes():
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    key = measure.signature("mm", [a, b], 1, 1, graphs=True)
+    assert key != measure.signature("mm", [a, b.t().contiguous().t()], 1, 1, graphs=True)  # layout
+    assert key != measure.signature("mm", [a, b], 1, 1, graphs=False)  # timed form
+    assert key != measure.signature("mm", [a[:, 1:9], b[1:9]], 1, 1, graphs=True)  # alignment
+    symbolic = torch.empty(0).new_empty((torch.SymInt.__new__(torch.SymInt) if False else 8, 16))
+    assert measure.signature("mm", [symbolic, b], 1, 1, True) is not None
+
+    class Symbolic:  # what a fake tensor with a dynamic size reports
+        shape, dtype = ("s0", 16), torch.float32
+
+        def stride(self):
+            return (16, 1)
+
+        def storage_offset(self):
+            return 0
+
+    assert measure.signature("mm", [Symbolic(), b], 1, 1, True) is None
+
+
+def test_ab_verdict_from_the_rounds_spread():
+    t = Timing(1.0, 1.0, 1.0)
+    assert AB(t, t, [1.05, 1.04, 1.06, 1.03, 1.05], True).verdict == "faster"
+    assert AB(t, t, [0.95, 0.97, 0.96, 0.94, 0.96], True).verdict == "slower"
+    assert AB(t, t, [1.05, 0.97, 1.02, 0.99, 1.01], True).verdict == "within noise"
+    assert AB(t, t, [1.0, 1.2, 1.1], True).speedup == pytest.approx(1.1)
+
+
+# ------------------------------------------------------------------------------ plans
+
+
+def _write(path, routes, **setup):
+    data = {"format": plan_file.FORMAT, "version": plan_file.FORMAT_VERSION, "model": "MLP",
+            "setup": {**plan_file.setup(), **setup}, "sites": [{"site": k, "route": v} for k, v in routes.items()]}
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_plan_is_obeyed_site_by_site(tmp_path):
+    # The first compile records the sites' keys; the plan then routes only "up".
+    with torch.no_grad(), record_sites() as records:
+        run_compiled(MLP(), x_of(4, 16), backend="inductor_mm_plugin", options={"select": "all"})
+    routes = {plan_file.site_key(r.site): r.site.module == "up" for r in records}
+    plan = _write(tmp_path / "plan.json", routes)
+    with torch.no_grad(), record_sites() as records:
+        _, _, codes = run_compiled(MLP(), x_of(4, 16), backend="inductor_mm_plugin",
+                                   options={"select": "all", "plan": plan})  # fmt: skip
+    assert [(r.site.module, r.routed) for r in records] == [("up", True), ("down", False)]
+    assert "routing plan" in records[1].reason
+    check_code_matches(records, codes)
+
+
+def test_plan_for_another_model_is_refused(tmp_path):
+    plan = _write(tmp_path / "plan.json", {"forward|other|mm|1x2 2x3|2,1 3,1|float32": True})
+    with pytest.raises(Exception, match="written for another model or other shapes"):
+        with torch.no_grad():
+            run_compiled(MLP(), x_of(4, 16), backend="inductor_mm_plugin", options={"select": "all", "plan": plan})
+
+
+@pytest.mark.parametrize("field,value", [("torch", "0.0.1"), ("plugin", "9.9"), ("gpu", "NVIDIA B200")])
+def test_plan_of_another_setup_is_refused(tmp_path, field, value):
+    plan = _write(tmp_path / "plan.json", {}, **{field: value})
+    with pytest.raises(plan_file.PlanError, match=f"measured with another setup: {field}"):
+        plan_file.load(plan)
+
+
+@pytest.mark.parametrize("text,message", [("{", "is not JSON"), ('{"format": "x"}', "is not a routing plan")])
+def test_unreadable_plans_are_clear_errors(tmp_path, text, message):
+    (tmp_path / "p.json").write_text(text)
+    with pytest.raises(plan_file.PlanError, match=message):
+        plan_file.load(tmp_path / "p.json")
+    with pytest.raises(plan_file.PlanError, match="cannot read"):
+        plan_file.load(tmp_path / "missing.json")
+
+
+def test_compare_writes_a_plan_that_the_backend_obeys(tmp_path):
+    import inductor_mm_plugin
+
+    x = x_of(4, 16)
+    path = tmp_path / "plan.json"
+    report = inductor_mm_plugin.compare(MLP(), (x,), options={"select": "all"}, write_plan=path)
+    data = json.loads(path.read_text())
+    assert data["model"] == "MLP" and len(data["sites"]) == len(report.sites) == 2
+    routes = {s["site"]: s["route"] for s in data["sites"]}
+    with torch.no_grad(), record_sites() as records:
+        _, _, codes = run_compiled(MLP(), x, backend="inductor_mm_plugin", options={"plan": str(path)})
+    assert [r.routed for r in records] == [routes[plan_file.site_key(r.site)] for r in records]
+    check_code_matches(records, codes)
+
+
+def test_compare_can_be_called_twice():
+    """``inductor_mm_plugin.compare`` stays the function after its module is imported (a
+    subpackage of the same name would replace it on the package)."""
+    import inductor_mm_plugin
+
+    for _ in range(2):
+        assert callable(inductor_mm_plugin.compare)
+        inductor_mm_plugin.compare(MLP(), (x_of(4, 16),), options={"select": "all"}, timing=False)
