@@ -7,19 +7,20 @@ Blocks (bf16): Linear+GELU, Linear+SiLU, a SwiGLU MLP (down(silu(gate(x)) * up(x
 Linear + residual, at tokens M in {2048, 8192} and (hidden, ffn) in {(4096, 14336),
 (2048, 8192), (1024, 4096)}; then the A/B example's transformer block (8 x 2048, d 4096).
 Each block is compiled outside the timed region (``torch._dynamo.reset()`` per block) and
-timed under CUDA graphs (``triton.testing.do_bench_cudagraph``, median), every arm on the
-same inputs, after checking the plugin's output against eager; the arms are timed in
-``--rounds`` rounds, the order reversed each round (``_timing.py``), and speedup = stock time
-/ plugin time within a round, the median over rounds. Writes
-``<out>/<date>-<gpu>-epilogue.{json,md}`` with date, GPU and versions.
+timed under CUDA graphs (each arm's call captured once, ``_timing.GraphTimer``, the median of
+its replays), every arm on the same inputs, after checking each arm's output against eager;
+the arms are timed in ``--rounds`` rounds, the order reversed each round (``_timing.py``), and
+speedup = stock time / plugin time within a round, the median over rounds. Appends one JSONL
+row per block to ``<out>/epilogue.jsonl`` (date, commit, gpu, torch, triton, block, M, hidden,
+ffn, K, stock_ms, plugin_ms, speedup, speedup_rounds, rel_err, the compile times, and the
+max-autotune fields with ``--max-autotune``) and prints the markdown table (``--md FILE``
+writes it too).
 """
+
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import math
 import pathlib
 import sys
 import time
@@ -27,11 +28,10 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import triton
-import triton.testing
-from _timing import frames_compiled, median, ratios, rounds, sm_clock, spread
-
-import inductor_mm_plugin
+from _timing import (
+    GraphTimer, add_common_args, append_jsonl, frames_compiled, geomean, median, plugin_backend, ratios, require_cuda,
+    rounds, run_meta, sm_clock, spread,
+)  # fmt: skip
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 
@@ -92,41 +92,49 @@ def compile_arm(model, x, **compile_kwargs):
     return compiled, out, time.perf_counter() - t0
 
 
-def bench_block(name, model, x, max_autotune, n_rounds=3):
-    """Compile every arm, then time them in rounds (``_timing.rounds``): the same code object
-    compiled by several backends keeps one Dynamo cache entry per backend, so the arms can
-    alternate without recompiling (checked below)."""
-    arms = {"plugin": dict(backend="inductor_mm_plugin"), "stock": {}}
-    if max_autotune:
-        arms["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")
+def relative_error(out, ref) -> float:
+    return ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+
+
+def time_arms(name, model, x, arms: dict[str, dict], n_rounds=3, max_err=3e-2):
+    """Compile ``model`` once per arm (``torch.compile`` keyword arguments), check each arm
+    against eager, then time them in rounds (``_timing.rounds``); returns (times per arm,
+    compile seconds per arm, relative error per arm). The same code object compiled by several
+    backends keeps one Dynamo cache entry per backend, so the arms alternate without
+    recompiling (checked)."""
     with torch.no_grad():
         torch._dynamo.reset()
         ref = model(x)
-        compiled, compile_s = {}, {}
+        compiled, compile_s, err = {}, {}, {}
         for arm, kwargs in arms.items():
             compiled[arm], out, compile_s[arm] = compile_arm(model, x, **kwargs)
-            if arm == "plugin":
-                err = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
-                assert err < 3e-2, f"{name}: plugin output differs from eager by {err:.2e} (relative)"
+            err[arm] = relative_error(out, ref)
+            assert err[arm] < max_err, f"{name}: arm {arm} differs from eager by {err[arm]:.2e} (relative)"
             del out
         frames = frames_compiled()
-        times = rounds({arm: (lambda c=c: c(x)) for arm, c in compiled.items()},
-                       lambda fn: triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median"), n_rounds)
+        timers = {arm: GraphTimer(lambda c=c: c(x), target_ms=10.0) for arm, c in compiled.items()}
+        times = rounds(timers, lambda timer: timer(replays=5), n_rounds)
         if frames_compiled() != frames:
             raise RuntimeError(f"{name}: an arm recompiled while timed; the rounds would time compiles")
-        speedups = ratios(times, "stock", "plugin")
-        row = {"block": name, "plugin_ms": median(times["plugin"]), "stock_ms": median(times["stock"]),
-               "speedup": median(speedups), "speedup_rounds": speedups, "rel_err": err,
-               "plugin_compile_s": compile_s["plugin"], "stock_compile_s": compile_s["stock"]}  # fmt: skip
-        if max_autotune:
-            row.update(max_autotune_ms=median(times["max_autotune"]),
-                       speedup_vs_max_autotune=median(ratios(times, "max_autotune", "plugin")),
-                       max_autotune_compile_s=compile_s["max_autotune"])  # fmt: skip
+    return times, compile_s, err
+
+
+def bench_block(name, model, x, max_autotune, n_rounds=3):
+    """The plugin backend against stock (and stock max-autotune): one row."""
+    arms = {"plugin": dict(backend=plugin_backend()), "stock": {}}
+    if max_autotune:
+        arms["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")
+    times, compile_s, err = time_arms(name, model, x, arms, n_rounds)
+    speedups = ratios(times, "stock", "plugin")
+    row = {"block": name, "plugin_ms": median(times["plugin"]), "stock_ms": median(times["stock"]),
+           "speedup": median(speedups), "speedup_rounds": speedups, "rel_err": err["plugin"],
+           "stock_rel_err": err["stock"], "plugin_compile_s": compile_s["plugin"],
+           "stock_compile_s": compile_s["stock"]}  # fmt: skip
+    if max_autotune:
+        row.update(max_autotune_ms=median(times["max_autotune"]),
+                   speedup_vs_max_autotune=median(ratios(times, "max_autotune", "plugin")),
+                   max_autotune_compile_s=compile_s["max_autotune"])  # fmt: skip
     return row
-
-
-def geomean(xs):
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
 def main(argv=None):
@@ -138,32 +146,28 @@ def main(argv=None):
                    help="the suite's token counts M to run (both by default)")
     p.add_argument("--widths", nargs="*", default=[f"{d}x{f}" for d, f in WIDTHS],
                    choices=[f"{d}x{f}" for d, f in WIDTHS], help="the suite's (hidden x ffn) pairs to run (all by default)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="time the arms this many times, order reversed each round (_timing.py)")
-    p.add_argument("--out", default="bench/results")
-    p.add_argument("--tag", default="", help="suffix of the output file names")
-    p.add_argument("--commit", default=None, help="commit to record (the GPU machine's copy has no git history)")
+    p.add_argument("--md", default=None, help="also write the markdown table to this file")
+    add_common_args(p, "epilogue.jsonl")
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("bench_epilogue.py needs a CUDA device")
+    require_cuda("bench_epilogue.py")
+    import inductor_mm_plugin
 
-    meta = {
-        "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "triton": triton.__version__, "plugin": inductor_mm_plugin.__version__, "commit": args.commit,
-        "rounds": args.rounds, "tokens": args.tokens, "widths": args.widths, "sm_clock_start": sm_clock(),
-    }  # fmt: skip
+    meta = run_meta(args.commit)
+    run = dict(meta, plugin=inductor_mm_plugin.__version__, rounds=args.rounds, tokens=args.tokens,
+               widths=args.widths, sm_clock_start=sm_clock())  # fmt: skip
+    jsonl = pathlib.Path(args.out) / "epilogue.jsonl"
     rows = []
     for name, m, d, f, k, make in suite(args.quick, args.tokens, [tuple(map(int, w.split('x'))) for w in args.widths]):
         torch.manual_seed(0)
         model = init_(make())
         x = torch.randn(m, d, device="cuda", dtype=DT)
         row = bench_block(name, model, x, args.max_autotune, args.rounds)
-        row.update(M=m, hidden=d, ffn=f, K=k)
+        row.update(M=m, hidden=d, ffn=f, K=k, sm_clock=sm_clock())
         rows.append(row)
+        append_jsonl(jsonl, [row], meta)  # after every row: a run cut short keeps what it measured
         mat = f"  max-autotune {row['max_autotune_ms']:.3f}" if "max_autotune_ms" in row else ""
         print(f"{name:16s} M={m:5d} d={d:5d} f={f:5d}  stock {row['stock_ms']:.3f} ms  plugin {row['plugin_ms']:.3f} ms"
               f"  x{row['speedup']:.3f}{mat}", flush=True)  # fmt: skip
-        write(args, meta, rows, None)  # after every row: a run cut short keeps what it measured
         del model, x
 
     block = None
@@ -172,14 +176,20 @@ def main(argv=None):
 
         model, (x,) = transformer_block.make()
         block = bench_block("transformer block 8x2048 d4096", model, x, args.max_autotune, args.rounds)
+        block.update(M=16384, hidden=4096, ffn=14336, K=4096, sm_clock=sm_clock())
+        append_jsonl(jsonl, [block], meta)
         print(f"transformer block: stock {block['stock_ms']:.3f} ms  plugin {block['plugin_ms']:.3f} ms  "
               f"x{block['speedup']:.3f}", flush=True)  # fmt: skip
-    meta["sm_clock_end"] = sm_clock()
-    print(write(args, meta, rows, block))
+    run["sm_clock_end"] = sm_clock()
+    md = to_markdown(args, run, rows, block)
+    if args.md:
+        pathlib.Path(args.md).write_text(md)
+    print(md)
+    print(f"rows appended to {jsonl}")
 
 
-def write(args, meta, rows, block) -> str:
-    """Write ``<out>/<date>-<gpu>-epilogue.{json,md}``; returns the markdown."""
+def to_markdown(args, meta, rows, block) -> str:
+    """The run as a markdown table, with the suite's geomean and lowest speedup with K <= 2048."""
     summary = {
         "geomean_vs_stock": geomean([r["speedup"] for r in rows]),
         "min_k_le_2048_vs_stock": min((r["speedup"] for r in rows if r["K"] <= 2048), default=float("nan")),
@@ -189,30 +199,26 @@ def write(args, meta, rows, block) -> str:
     md = [f"# Fused-epilogue suite — {meta['date']}", "",
           f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, plugin {meta['plugin']} "
           f"(commit {meta['commit']}); bf16; "
-          "ms per call under CUDA graphs (do_bench_cudagraph median), arms timed in "
-          f"{meta.get('rounds', 1)} round(s), order reversed each round (bench/_timing.py); speedup = stock / "
+          "ms per call under CUDA graphs (median of graph replays), arms timed in "
+          f"{meta['rounds']} round(s), order reversed each round (bench/_timing.py); speedup = stock / "
           "plugin within a round, median over rounds (range: lowest-highest round). SM clock (nvidia-smi) at "
-          f"start: {meta.get('sm_clock_start', '?')}; at end: {meta.get('sm_clock_end', '(run cut short)')}.", "",
+          f"start: {meta['sm_clock_start']}; at end: {meta.get('sm_clock_end', '(run cut short)')}.", "",
           "| block | M | hidden | ffn | stock ms | plugin ms | speedup | range | max-autotune ms | vs max-autotune |",
           "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows + ([block] if block else []):
         mat = f"{r['max_autotune_ms']:.3f} | {r['speedup_vs_max_autotune']:.3f}" if "max_autotune_ms" in r else "- | -"
-        md.append(f"| {r['block']} | {r.get('M', 16384)} | {r.get('hidden', 4096)} | {r.get('ffn', 14336)} | "
+        md.append(f"| {r['block']} | {r['M']} | {r['hidden']} | {r['ffn']} | "
                   f"{r['stock_ms']:.3f} | {r['plugin_ms']:.3f} | {r['speedup']:.3f} | {spread(r.get('speedup_rounds'), '.3f')} | "
                   f"{mat} |")  # fmt: skip
-    part = "" if sorted(meta.get("tokens", TOKENS)) == list(TOKENS) else f" (M = {', '.join(map(str, meta['tokens']))} only)"
-    if len(meta.get("widths", WIDTHS)) < len(WIDTHS):
+    part = "" if sorted(meta["tokens"]) == list(TOKENS) else f" (M = {', '.join(map(str, meta['tokens']))} only)"
+    if len(meta["widths"]) < len(WIDTHS):
         part += f" (hidden x ffn = {', '.join(meta['widths'])} only)"
-    md += ["", f"Suite{part} geomean vs stock default: {summary['geomean_vs_stock']:.3f}; "
-               f"smallest speedup with K ≤ 2048: {summary['min_k_le_2048_vs_stock']:.3f}"
-               + (f"; geomean vs stock max-autotune: {summary['geomean_vs_max_autotune']:.3f}" if args.max_autotune else "")]  # fmt: skip
-    text = "\n".join(md) + "\n"
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{meta['date']}-{meta['gpu'].replace(' ', '_')}-epilogue" + (f"-{args.tag}" if args.tag else "")
-    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "block": block, "summary": summary}, indent=1))
-    (out / f"{stem}.md").write_text(text)
-    return text
+    if rows:
+        md += ["", f"Suite{part} geomean vs stock default: {summary['geomean_vs_stock']:.3f}; "
+                   f"smallest speedup with K ≤ 2048: {summary['min_k_le_2048_vs_stock']:.3f}"
+                   + (f"; geomean vs stock max-autotune: {summary['geomean_vs_max_autotune']:.3f}" if args.max_autotune else "")]  # fmt: skip
+    return "\n".join(md) + "\n"
+
 
 if __name__ == "__main__":
     main()

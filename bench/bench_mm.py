@@ -19,9 +19,11 @@ callable timed the same way:
   subset).
 
 Per row: fresh random inputs; every implementation's output checked against the float64
-reference with the tests' error bound before anything is timed; then the median of
-``triton.testing.do_bench`` (L2 flushed between reps), or of ``do_bench_cudagraph`` for the
-skinny class, where launch overhead would otherwise be half the time. The implementations of
+reference with the tests' error bound before anything is timed (and the launcher's output into
+a NaN-poisoned buffer: every element written); then the median of ``triton.testing.do_bench``
+(L2 flushed between reps), or, for the skinny class, where launch overhead would otherwise be
+half the time, of CUDA-graph replays (one graph of back-to-back calls per implementation,
+``_timing.GraphTimer``: what ``do_bench_cudagraph`` times, captured once per row). The implementations of
 a row are timed in ``--rounds`` rounds (default 3), back to back, the order reversed each round
 (``_timing.py``: under the H200's power limit the SM clock drifts within seconds). ratio =
 torch.mm time / plugin time within a round, the median over rounds (above 1: the plugin is
@@ -30,29 +32,26 @@ also report the fraction of the device copy bandwidth measured in the same run (
 A + B + C); the others the fraction of the best cuBLAS rate of the run (its "peak").
 
 Kernels are compiled before timing in a pool of processes (Triton's disk cache is shared).
-Writes ``<out>/<date>-<gpu>.json`` (one row per shape: class, shape, dtype, layout,
-cublas_tflops, plugin_tflops, ratio, and extras) and ``.md`` with the date, GPU, torch and
-triton versions, and the geomean and minimum ratio per class.
+Appends one JSONL row per shape to ``<out>/mm.jsonl`` (date, commit, gpu, torch, triton, class,
+M, N, K, dtype, layout, timing, cublas_ms, plugin_ms, cublas_tflops, plugin_tflops, ratio,
+ratio_rounds, plugin_config, copy_gbs, sm_clock, and the tuned / inductor / bandwidth fields
+of the rows that have them) and prints the table in markdown: per class the geomean and
+minimum ratio against issue 5's targets, then every row (``--md FILE`` also writes it).
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
-import datetime
-import json
 import math
-import multiprocessing as mp
-import os
 import pathlib
 import platform
-import sys
 import time
 
 import torch
-from _timing import make_operands, median, ratios, rounds, sm_clock, spread
-
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+from _timing import (
+    GraphTimer, add_common_args, append_jsonl, config_name, copy_bandwidth_gbs, dtype_of, geomean, make_operands,
+    matmul_error, median, plugin_runtime, precompile, ratios, require_cuda, rounds, run_meta, sm_clock, spread, time_ms,
+)  # fmt: skip
 
 LLM_NK = [(4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (4096, 11008)]
 SHAPES = {
@@ -87,61 +86,35 @@ def _compile_row(job):
     """Worker: compile the heuristic's kernel for a row, and the tuning candidates if asked."""
     (cls, (M, N, K), dtype_name, layout), tune = job
     torch.backends.cuda.matmul.allow_tf32 = dtype_name == "fp32"
-    from inductor_mm_plugin.ops import matmul as impl
-
-    a, b = make_operands(M, N, K, DTYPES[dtype_name], layout, fill=False)
+    rt = plugin_runtime()
+    a, b = make_operands(M, N, K, dtype_of(dtype_name), layout, fill=False)
     out = torch.empty(M, N, device="cuda", dtype=a.dtype)
     errors = []
-    configs = [None] + (impl._candidates_for(a, b) if tune else [])
-    for cfg in configs:
+    for cfg in [None] + (rt.candidates_for(a, b) if tune else []):
         try:
-            impl._launch(a, b, out, config=cfg, compile_only=True)
+            rt.launch(a, b, out, config=cfg, compile_only=True)
         except Exception as e:  # noqa: BLE001  (reported; the timed run compiles again and shows it)
             errors.append(f"{cfg.short() if cfg else 'heuristic'}: {type(e).__name__}: {str(e)[:200]}")
     return errors
 
 
-def _spec(x):
-    # Triton specializes integer arguments on == 1 and on divisibility by 16.
-    return 1 if x == 1 else 16 if x % 16 == 0 else 0
-
-
-def precompile(rows, tune_rows, jobs):
-    seen, jobs_list = set(), []
+def compile_jobs(rows, tune_rows):
+    """One job per distinct call (row), with its tuning candidates where asked."""
+    seen, jobs = set(), []
     for row in rows:
         tune = (row[0], row[2]) in tune_rows
-        key = (row[0] == "skinny", row[1], row[2], row[3], tune)  # one job per distinct call
+        key = (row[1], row[2], row[3], tune)
         if key not in seen:
             seen.add(key)
-            jobs_list.append((row, tune))
-    t0 = time.time()
-    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        errors = [e for errs in pool.map(_compile_row, jobs_list, chunksize=1) for e in errs]
-    print(f"precompiled {len(jobs_list)} calls in {time.time() - t0:.0f}s ({jobs} processes); "
-          f"{len(errors)} compile errors", flush=True)  # fmt: skip
-    for e in errors[:10]:
-        print("  ", e, flush=True)
+            jobs.append((row, tune))
+    return jobs
 
 
 # ----------------------------------------------------------------------------- timing
 
 
-def copy_bandwidth_gbs() -> float:
-    """Device-to-device copy rate (bytes read + written per second), measured now."""
-    import triton.testing
-
-    src = torch.empty(2**30 // 2, device="cuda", dtype=torch.bfloat16).normal_()
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=100, return_mode="median")
-    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
-
-
-def time_ms(fn, cudagraph: bool) -> float:
-    import triton.testing
-
-    if cudagraph:
-        return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
-    return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+def time_row(fn, cudagraph: bool) -> float:
+    return fn() if cudagraph else time_ms(fn, warmup=10, rep=50)
 
 
 def implementations(a, b, row, tune_rows, inductor_shapes, inductor_pass=False):
@@ -150,15 +123,14 @@ def implementations(a, b, row, tune_rows, inductor_shapes, inductor_pass=False):
     Inductor is timed in a pass of its own after every other row (``inductor_pass``), so
     its compiles (worker processes, GPU benchmarking) happen after the plugin's rows. This
     was first done on the suspicion that Dynamo slows the op's host path afterwards;
-    ``bench/host_overhead.py`` on the H200 showed no such effect (2026-11-29), the order
-    just keeps the rows independent.
+    a probe on the H200 (``host_overhead.py``, removed; its log is in results/archive) showed no
+    such effect (2026-11-29), the order just keeps the rows independent.
     """
     if inductor_pass:
         torch._dynamo.reset()
         compiled = torch.compile(torch.mm, mode="max-autotune-no-cudagraphs")
         return {"aten": lambda: torch.mm(a, b), "inductor": lambda: compiled(a, b)}
-    from inductor_mm_plugin.ops.matmul import set_autotune
-
+    set_autotune = plugin_runtime().set_autotune
     cls, shape, dtype_name, _ = row
     impls = {"aten": lambda: torch.mm(a, b), "plugin": lambda: torch.ops.inductor_mm_plugin.mm(a, b)}
     if (cls, dtype_name) in tune_rows:
@@ -178,12 +150,21 @@ def wants_inductor(row, inductor_shapes):
     return "x".join(map(str, row[1])) in inductor_shapes and row[2] in ("bf16", "fp32") and row[3] == "row"
 
 
-def bench_row(row, copy_gbs, tune_rows, inductor_shapes, inductor_pass=False, n_rounds=3):
-    from inductor_mm_plugin.ops.matmul import chosen_config, set_autotune
-    from inductor_mm_plugin.ops.reference import assert_matmul_close
+def _check(out, a, b, name, tf32):
+    err = matmul_error(out, a, b, tf32=tf32)
+    if err:
+        raise AssertionError(f"{name}: {tuple(a.shape)} @ {tuple(b.shape)}: {err}")
 
+
+def _timers(impls, cudagraph):
+    """For CUDA-graph rows, each implementation captured once (``GraphTimer``), replayed each round."""
+    return {name: GraphTimer(fn, target_ms=5.0) for name, fn in impls.items()} if cudagraph else impls
+
+
+def bench_row(row, copy_gbs, tune_rows, inductor_shapes, inductor_pass=False, n_rounds=3):
+    rt = plugin_runtime()
     cls, (M, N, K), dtype_name, layout = row
-    dtype = DTYPES[dtype_name]
+    dtype = dtype_of(dtype_name)
     torch.backends.cuda.matmul.allow_tf32 = dtype == torch.float32
     a, b = make_operands(M, N, K, dtype, layout)
     cudagraph = cls == "skinny"
@@ -193,9 +174,9 @@ def bench_row(row, copy_gbs, tune_rows, inductor_shapes, inductor_pass=False, n_
             t0 = time.time()
             out = fn()
             if name == "inductor":
-                assert_matmul_close(out, a, b, tf32=dtype == torch.float32)
+                _check(out, a, b, name, dtype == torch.float32)
                 compile_s = time.time() - t0
-        times = rounds(impls, lambda fn: time_ms(fn, cls == "skinny"), n_rounds)
+        times = rounds(_timers(impls, cudagraph), lambda fn: time_row(fn, cudagraph), n_rounds)
         ms = {name: median(t) for name, t in times.items()}
         return {"inductor_ms": ms["inductor"], "inductor_tflops": 2.0 * M * N * K / ms["inductor"] / 1e9,
                 "inductor_ratio": median(ratios(times, "aten", "inductor")), "inductor_compile_s": compile_s}  # fmt: skip
@@ -205,34 +186,41 @@ def bench_row(row, copy_gbs, tune_rows, inductor_shapes, inductor_pass=False, n_
         out = fn()  # compiles (and for "tuned", tunes) outside the timed region
         compile_s[name] = time.time() - t0
         if name != "aten":
-            assert_matmul_close(out, a, b, tf32=dtype == torch.float32)
+            _check(out, a, b, name, dtype == torch.float32)
         del out
+    # Every element written: the heuristic's plan into a NaN-poisoned output.
+    poisoned = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+    rt.launch(a, b, poisoned)
+    _check(poisoned, a, b, "plugin (poisoned output)", dtype == torch.float32)
+    del poisoned
     # Rounds (bench/_timing.py): the clock drifts under the power limit; ratios within a round.
-    times = rounds(impls, lambda fn: time_ms(fn, cudagraph), n_rounds)
+    times = rounds(_timers(impls, cudagraph), lambda fn: time_row(fn, cudagraph), n_rounds)
     ms = {name: median(t) for name, t in times.items()}
     flops = 2.0 * M * N * K
     tflops = {name: flops / t / 1e9 for name, t in ms.items()}
-    heur = chosen_config(a, b)
-    old = set_autotune(True)
-    tuned_cfg = chosen_config(a, b) if "tuned" in impls else None
-    set_autotune(old)
+    heur = rt.chosen_config(a, b)
+    old = rt.set_autotune(True)
+    tuned_cfg = rt.chosen_config(a, b) if "tuned" in impls else None
+    rt.set_autotune(old)
     r = {
         "class": cls,
-        "shape": [M, N, K],
+        "M": M, "N": N, "K": K,
         "dtype": dtype_name,
         "layout": layout,
-        "timing": "do_bench_cudagraph" if cudagraph else "do_bench",
+        "timing": "cudagraph" if cudagraph else "do_bench",
         "cublas_ms": ms["aten"],
         "plugin_ms": ms["plugin"],
         "cublas_tflops": tflops["aten"],
         "plugin_tflops": tflops["plugin"],
         "ratio": median(ratios(times, "aten", "plugin")),
         "ratio_rounds": ratios(times, "aten", "plugin"),
-        "plugin_config": heur.short() if heur else None,
+        "plugin_config": config_name(heur),
+        "copy_gbs": copy_gbs,
+        "sm_clock": sm_clock(),
     }
     if "tuned" in ms:
         r.update(tuned_ms=ms["tuned"], tuned_tflops=tflops["tuned"], tuned_ratio=median(ratios(times, "aten", "tuned")),
-                 tuned_config=tuned_cfg.short() if tuned_cfg else None, tune_s=compile_s["tuned"])  # fmt: skip
+                 tuned_config=config_name(tuned_cfg), tune_s=compile_s["tuned"])  # fmt: skip
     if cudagraph:
         moved = (M * K + K * N + M * N) * a.element_size()
         for name in ms:
@@ -241,11 +229,6 @@ def bench_row(row, copy_gbs, tune_rows, inductor_shapes, inductor_pass=False, n_
 
 
 # ---------------------------------------------------------------------------- report
-
-
-def geomean(xs):
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def summary(rows):
@@ -270,18 +253,19 @@ def _f(x, fmt):
 
 
 def to_markdown(meta, rows, summ):
+    peak = max([r["cublas_tflops"] for r in rows if r["dtype"] != "fp32"] or [float("nan")])
     lines = [
         f"# Plugin matmul vs torch.mm — {meta['date']}",
         "",
         f"GPU {meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}, plugin {meta['plugin']} "
         f"(commit {meta['commit']}). Copy bandwidth measured in this run: {meta['copy_gbs']:.0f} GB/s; best "
-        f"cuBLAS bf16/fp16 rate of the run (\"peak\"): {meta['peak_tflops']:.0f} TFLOP/s. Median of "
-        "`do_bench` (L2 flushed between reps); skinny rows: median of `do_bench_cudagraph`. "
-        f"Each row timed in {meta.get('rounds', 1)} round(s), the order reversed each round (bench/_timing.py); "
+        f"cuBLAS bf16/fp16 rate of the run (\"peak\"): {peak:.0f} TFLOP/s. Median of "
+        "`do_bench` (L2 flushed between reps); skinny rows: CUDA graphs of back-to-back calls. "
+        f"Each row timed in {meta['rounds']} round(s), the order reversed each round (bench/_timing.py); "
         "ratio = torch.mm time / plugin time within a round, median over rounds (above 1: the plugin is "
         "faster), range = lowest-highest round; TFLOP/s from median times. SM clock (nvidia-smi) at start: "
-        f"{meta.get('sm_clock_start', '?')}; at end: {meta.get('sm_clock_end', '(run cut short)')}. `tuned` = the plugin "
-        "with autotuning (classes " + ", ".join(meta["tune_classes"]) + "; dtypes "
+        f"{meta['sm_clock_start']}; at end: {meta.get('sm_clock_end', '(run cut short)')}. `tuned` = the plugin "
+        "with autotuning (classes " + (", ".join(meta["tune_classes"]) or "none") + "; dtypes "
         + ", ".join(meta["tune_dtypes"]) + "); `inductor` = "
         "`torch.compile(torch.mm, mode=\"max-autotune-no-cudagraphs\")` (bf16/fp32 row rows of "
         + (", ".join(meta["inductor_shapes"]) or "none") + ").",
@@ -313,28 +297,17 @@ def to_markdown(meta, rows, summ):
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        M, N, K = r["shape"]
         if "plugin_bw_frac" in r:
             frac = f"{100 * r['plugin_bw_frac']:.0f}% BW"
         else:
-            frac = f"{100 * r['plugin_tflops'] / meta['peak_tflops']:.0f}%" if r["dtype"] != "fp32" else ""
+            frac = f"{100 * r['plugin_tflops'] / peak:.0f}%" if r["dtype"] != "fp32" else ""
         lines.append(
-            f"| {r['class']} | {M}×{N}×{K} | {r['dtype']} | {r['layout']} | {r['cublas_tflops']:.1f} | "
+            f"| {r['class']} | {r['M']}×{r['N']}×{r['K']} | {r['dtype']} | {r['layout']} | {r['cublas_tflops']:.1f} | "
             f"{r['plugin_tflops']:.1f} | {r['ratio']:.2f} | {spread(r.get('ratio_rounds'))} | {frac} | "
             f"{r.get('plugin_config') or ''} | "
             f"{_f(r.get('tuned_ratio'), '.2f')} | {_f(r.get('inductor_ratio'), '.2f')} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _git_commit():
-    try:
-        import subprocess
-
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
-    except Exception:  # noqa: BLE001
-        return "unknown"
 
 
 def main(argv=None):
@@ -344,80 +317,60 @@ def main(argv=None):
     p.add_argument("--layouts", nargs="+", default=["row", "linear"], choices=["row", "linear"])
     p.add_argument("--tune-classes", nargs="*", default=[], choices=list(SHAPES),
                    help="also time the autotuned plugin on these classes' rows")  # fmt: skip
-    p.add_argument("--tune-dtypes", nargs="*", default=["bf16", "fp32"], choices=list(DTYPES),
+    p.add_argument("--tune-dtypes", nargs="*", default=["bf16", "fp32"], choices=["bf16", "fp16", "fp32"],
                    help="... and these dtypes (tuning every row doubles the run)")  # fmt: skip
     p.add_argument("--inductor-shapes", nargs="*", default=[], metavar="MxNxK",
                    help="also time Inductor max-autotune on these shapes (their bf16 / fp32, row-layout rows)")  # fmt: skip
-    p.add_argument("--rounds", type=int, default=3,
-                   help="time each row's implementations this many times, order reversed each round (_timing.py)")
-    p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
-    p.add_argument("--out", default="bench/results")
-    p.add_argument("--tag", default="")
-    p.add_argument("--commit", default=None, help="commit to record (the GPU machine's copy has no git history)")
+    p.add_argument("--md", default=None, help="also write the markdown table to this file")
+    add_common_args(p, "mm.jsonl", jobs=True)
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("bench_mm.py times GPU kernels: it needs a CUDA device")
-    import triton
-
+    require_cuda("bench_mm.py")
     import inductor_mm_plugin
 
     rows_todo = rows_of(args.classes, args.dtypes, args.layouts)
     tune_rows = {(c, d) for c in args.tune_classes for d in args.tune_dtypes}
-    if args.jobs > 1:
-        precompile(rows_todo, tune_rows, args.jobs)
+    for errors in precompile(compile_jobs(rows_todo, tune_rows), _compile_row, args.jobs):
+        for e in errors[:3]:
+            print("  compile error:", e, flush=True)
     copy_gbs = copy_bandwidth_gbs()
-    meta = {
-        "date": datetime.date.today().isoformat(),
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "plugin": inductor_mm_plugin.__version__,
-        "commit": args.commit or _git_commit(),
-        "python": platform.python_version(),
-        "copy_gbs": copy_gbs,
-        "tune_classes": args.tune_classes,
-        "tune_dtypes": args.tune_dtypes,
-        "inductor_shapes": args.inductor_shapes,
-        "rounds": args.rounds,
-        "sm_clock_start": sm_clock(),
-    }
+    meta = run_meta(args.commit)
+    run = dict(meta, plugin=inductor_mm_plugin.__version__, python=platform.python_version(), copy_gbs=copy_gbs,
+               tune_classes=args.tune_classes, tune_dtypes=args.tune_dtypes, inductor_shapes=args.inductor_shapes,
+               rounds=args.rounds, sm_clock_start=sm_clock())  # fmt: skip
+    jsonl = pathlib.Path(args.out) / "mm.jsonl"
     rows = []
     t_start = time.time()
     for row in rows_todo:
         r = bench_row(row, copy_gbs, tune_rows, set(args.inductor_shapes), n_rounds=args.rounds)
+        r = dict(kind="plugin", **r)
         rows.append(r)
-        M, N, K = r["shape"]
+        append_jsonl(jsonl, [r], meta)  # after every row: a run cut short keeps what it measured
         extra = f"  tuned {r['tuned_ratio']:.3f}" if "tuned_ratio" in r else ""
         bw = f"  BW {100 * r['plugin_bw_frac']:.0f}% (cuBLAS {100 * r['cublas_bw_frac']:.0f}%)" if "plugin_bw_frac" in r else ""
         print(
-            f"{r['class']:7s} {M:6d}x{N:6d}x{K:6d} {r['dtype']} {r['layout']:6s} torch.mm {r['cublas_tflops']:7.1f}  "
-            f"plugin {r['plugin_tflops']:7.1f}  ratio {r['ratio']:.3f}{extra}{bw}  [{r['plugin_config']}]",
+            f"{r['class']:7s} {r['M']:6d}x{r['N']:6d}x{r['K']:6d} {r['dtype']} {r['layout']:6s} torch.mm "
+            f"{r['cublas_tflops']:7.1f}  plugin {r['plugin_tflops']:7.1f}  ratio {r['ratio']:.3f}{extra}{bw}  "
+            f"[{r['plugin_config']}]",
             flush=True,
         )
-        write(args, meta, rows)  # after every row: a run cut short keeps what it measured
-    # Inductor last (see implementations()); its ratio is against torch.mm timed in that pass.
+    # Inductor last (see implementations()); its ratio is against torch.mm timed in that pass,
+    # in a row of its own (kind "inductor").
     for row, r in zip(rows_todo, rows):
         if wants_inductor(row, set(args.inductor_shapes)):
-            r.update(bench_row(row, copy_gbs, tune_rows, set(args.inductor_shapes), inductor_pass=True,
-                               n_rounds=args.rounds))
+            ind = bench_row(row, copy_gbs, tune_rows, set(args.inductor_shapes), inductor_pass=True,
+                            n_rounds=args.rounds)  # fmt: skip
+            r.update(ind)
+            append_jsonl(jsonl, [dict(kind="inductor", **{k: r[k] for k in ("class", "M", "N", "K", "dtype", "layout")},
+                                      **ind)], meta)  # fmt: skip
             print(f"inductor {row[0]:7s} {'x'.join(map(str, row[1]))} {row[2]} {row[3]}: ratio "
                   f"{r['inductor_ratio']:.3f} (compile {r['inductor_compile_s']:.0f}s)", flush=True)  # fmt: skip
-    meta["bench_seconds"] = time.time() - t_start
-    meta["sm_clock_end"] = sm_clock()
-    print(write(args, meta, rows))
-
-
-def write(args, meta, rows) -> str:
-    """Write ``<out>/<date>-<gpu>[-tag].{json,md}``; returns the markdown."""
-    meta["peak_tflops"] = max([r["cublas_tflops"] for r in rows if r["dtype"] != "fp32"] or [float("nan")])
-    summ = summary(rows)
-    md = to_markdown(meta, rows, summ)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{meta['date']}-{meta['gpu'].replace(' ', '_')}" + (f"-{args.tag}" if args.tag else "")
-    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "summary": summ, "rows": rows}, indent=1))
-    (out / f"{stem}.md").write_text(md)
-    return md
+    run["bench_seconds"] = time.time() - t_start
+    run["sm_clock_end"] = sm_clock()
+    md = to_markdown(run, rows, summary(rows))
+    if args.md:
+        pathlib.Path(args.md).write_text(md)
+    print(md)
+    print(f"rows appended to {jsonl}")
 
 
 if __name__ == "__main__":

@@ -1,47 +1,68 @@
-"""Time candidate kernel configs per shape class on the GPU: the data behind the heuristic in
-``inductor_mm_plugin/kernels/configs.py``, plus a probe of the host-side cost per call.
+"""Time candidate kernel configs per shape class on the GPU, in rounds against torch.mm: the data
+behind the config tables in the package (``configs``), and the way to settle one choice.
 
-    python bench/sweep_configs.py --out DIR [--jobs 16] [--groups llm skinny ...]
+    python bench/sweep_configs.py --groups llm skinny --out DIR [--rounds 3] [--jobs 16]
 
 Compiles every (config, shape, layout) in a process pool first (Triton's disk cache is
-shared), then times them one by one on an idle GPU: ``do_bench`` (L2 flushed between
-reps), or ``do_bench_cudagraph`` for the skinny group. Each config's output is checked
-against torch.mm (relative Frobenius error) before it is timed. Writes ``sweep.json`` and
-prints, per shape, torch.mm, the heuristic's pick and the best config.
+shared). Then per shape: fresh random inputs; every config's output (``runtime.launch`` with
+``config=``) checked against the float64 reference with the tests' error bound (a wrong or
+failing config is recorded, not timed); then torch.mm, the op with the heuristic's pick and
+every config timed in ``--rounds`` rounds, the order reversed each round (``_timing.rounds``:
+under the H200's power limit two sweeps minutes apart disagreed by up to 18% on one shape
+when each config was timed once), with ``do_bench`` (L2 flushed) or, for the decode groups,
+CUDA graphs (``_timing.GraphTimer``). ratio = torch.mm time / config time within a round, the
+median over rounds (above 1: faster than cuBLAS).
+
+Appends one JSONL row per (group, shape, layout) to ``<out>/sweep.jsonl``: date, commit, gpu,
+torch, triton, group, M, N, K, dtype, layout, timing, cublas_ms, heuristic, heuristic_ms,
+heuristic_ratio, best, best_ms, best_ratio, and ``results`` (config, ms, ratio,
+ratio_rounds, error for each config), and prints per shape torch.mm, the heuristic's pick and
+the best config.
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
-import json
-import multiprocessing as mp
-import os
+import dataclasses
 import pathlib
 import sys
-import time
 
 import torch
-from _timing import make_operands
+from _timing import (
+    GraphTimer, add_common_args, append_jsonl, config_name, dtype_of, make_operands, matmul_config_class, matmul_error,
+    median, plugin_runtime, precompile, ratios, require_cuda, rounds, run_meta, spread, time_ms,
+)  # fmt: skip
 
-from inductor_mm_plugin.kernels.configs import MatmulConfig, fits
-
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+SMEM_LIMIT_BYTES = 232448  # H100 / H200: 227 KB of shared memory per block
 
 
-def T(bm, bn, bk, g, w, s, split=1, sub=False, flat=False, ws=False, per_sm=1):
-    return MatmulConfig("tma", bm, bn, bk, g, w, s, split, sub, flat, ws, per_sm)
+def T(bm, bn, bk, g, w, s, split=1, sub=False, flat=False):
+    """A TMA-kernel config (keywords: the fields the package keeps)."""
+    return matmul_config_class()("tma", bm, bn, bk, group_m=g, num_warps=w, num_stages=s, split_k=split,
+                                 epilogue_subtile=sub, flatten=flat)  # fmt: skip
 
 
 def P(bm, bn, bk, g, w, s):
-    return MatmulConfig("ptr", bm, bn, bk, g, w, s)
+    """A pointer-kernel config."""
+    return matmul_config_class()("ptr", bm, bn, bk, group_m=g, num_warps=w, num_stages=s)
+
+
+def _fits(cfg, elem_bytes=2) -> bool:
+    """The package's shared-memory rule where it exposes one (``configs.fits``), else the same
+    arithmetic: pipelined A and B stages, plus the TMA kernel's store buffer."""
+    module = sys.modules[type(cfg).__module__]
+    if hasattr(module, "fits"):
+        return module.fits(cfg, elem_bytes)
+    per_stage = (cfg.block_m + cfg.block_n) * cfg.block_k * elem_bytes
+    if cfg.kernel == "ptr":
+        return per_stage * cfg.num_stages <= SMEM_LIMIT_BYTES
+    sub_n = cfg.block_n // 2 if cfg.epilogue_subtile else cfg.block_n
+    return per_stage * cfg.num_stages + cfg.block_m * sub_n * elem_bytes + 1024 <= SMEM_LIMIT_BYTES
 
 
 def _deepest(cfg, most=6):
-    import dataclasses
-
     for s in range(most, 1, -1):
-        if fits(dataclasses.replace(cfg, num_stages=s), 2):
+        if _fits(dataclasses.replace(cfg, num_stages=s)):
             return dataclasses.replace(cfg, num_stages=s)
     return cfg
 
@@ -61,9 +82,7 @@ def _skinny_configs(M):
 def _skinny_unsplit(M):
     """The skinny sweep's unsplit 4-warp tiles, each with the tile loop flattened and not: the
     heuristic's sweeps (``skinny``) only timed them flattened, and a probe kernel without
-    flattening ran 16x4096x4096 in 8.8 us against the op's 10.8 (bench/tma_fixed_cost.py)."""
-    import dataclasses
-
+    flattening ran 16x4096x4096 in 8.8 us against the op's 10.8 (tma_fixed_cost.py, removed)."""
     unsplit = [c for c in _skinny_configs(M) if c.split_k == 1 and c.num_warps == 4]
     return [dataclasses.replace(c, flatten=flat) for c in unsplit for flat in (True, False)]
 
@@ -154,22 +173,6 @@ GROUPS = {
             T(128, 128, 64, 8, 8, 4, sub=True),
         ],
     ),
-    # Less than a wave of 128 x 64 tiles (768^3: 72 of them on 132 SMs): smaller tiles, two or
-    # three programs per SM, so that one program's load latency hides behind another's MMAs.
-    "odd_per_sm": dict(
-        shapes=[(1000, 1000, 1000), (768, 768, 768), (1024, 1024, 1024)], dtype="bf16", layouts=["row", "linear"],
-        graph=False,
-        configs=[
-            T(128, 64, 64, 8, 4, 4, flat=True),
-            T(64, 64, 64, 8, 4, 4, per_sm=2),
-            T(64, 64, 64, 8, 4, 4, per_sm=3),
-            T(64, 64, 64, 8, 4, 3, per_sm=4),
-            T(64, 128, 64, 8, 4, 4, per_sm=2),
-            T(128, 64, 64, 8, 4, 3, per_sm=2),
-            T(64, 64, 128, 8, 4, 3, per_sm=2),
-            T(128, 128, 64, 8, 8, 3, sub=True, per_sm=2),
-        ],
-    ),
     # Odd strides: no divisor, so every load is one element (no cp.async); more warps to issue them?
     "odd_unaligned": dict(
         shapes=[(1531, 1531, 1531)], dtype="bf16", layouts=["row", "linear"], graph=False,
@@ -207,64 +210,6 @@ GROUPS = {
             T(64, 128, 32, 8, 4, 4, flat=True),
             P(128, 128, 32, 8, 8, 3),
             P(64, 128, 32, 8, 4, 3),
-        ],
-    ),
-    # Hopper warp specialization (tl.range(warp_specialize=True), Meta's autoWS pass in
-    # Triton 3.6's sm90 pipeline): a probe against the flattened non-WS heuristic config.
-    # Upstream's Hopper WS takes the loop unflattened (meta-pytorch/tritonbench#1025).
-    "ws": dict(
-        shapes=[(4096, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336), (2048, 2048, 32768)],
-        dtype="bf16", layouts=["row", "linear"], graph=False,
-        configs=[
-            T(128, 256, 64, 8, 8, 3, sub=True, flat=True),
-            T(128, 256, 64, 8, 8, 3, sub=True, ws=True),
-            T(128, 256, 64, 8, 4, 3, sub=True, ws=True),
-            T(128, 256, 64, 8, 8, 3, ws=True),
-            T(128, 128, 64, 8, 4, 4, sub=True, ws=True),
-            T(128, 128, 64, 8, 8, 4, sub=True, ws=True),
-            T(128, 256, 64, 8, 8, 4, sub=True, ws=True),
-            T(128, 128, 128, 8, 8, 3, sub=True, ws=True),
-        ],
-    ),
-    "ws_llm": dict(
-        shapes=[(m, n, k) for m in (2048, 4096, 8192, 16384)
-                for n, k in [(4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (4096, 11008)]],
-        dtype="bf16", layouts=["row", "linear"], graph=False,
-        configs=[
-            T(128, 256, 64, 8, 8, 3, flat=True),
-            T(128, 256, 64, 8, 8, 3, ws=True),
-            T(256, 128, 64, 8, 8, 3, ws=True),
-            T(128, 256, 64, 16, 8, 3, ws=True),
-            T(128, 256, 64, 4, 8, 3, ws=True),
-            T(128, 256, 64, 8, 8, 4, sub=True, ws=True),
-            T(128, 128, 64, 8, 8, 4, ws=True),
-        ],
-    ),
-    "ws_misc": dict(
-        shapes=[(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 32768), (1024, 1024, 65536),
-                (1000, 1000, 1000), (768, 768, 768), (2048, 1024, 4096), (2048, 4096, 1024)],
-        dtype="bf16", layouts=["row", "linear"], graph=False,
-        configs=[
-            T(128, 256, 64, 8, 8, 3, flat=True),
-            T(128, 128, 64, 8, 8, 4, sub=True, flat=True),
-            T(128, 64, 64, 8, 4, 4, flat=True),
-            T(128, 128, 64, 8, 8, 4, 2, sub=True),
-            T(128, 256, 64, 8, 8, 3, ws=True),
-            T(128, 128, 64, 8, 8, 4, ws=True),
-            T(128, 64, 64, 8, 8, 4, ws=True),
-            T(128, 128, 64, 8, 8, 4, 2, ws=True),
-            T(128, 256, 64, 8, 8, 3, 2, ws=True),
-            T(128, 256, 64, 8, 8, 3, 4, ws=True),
-        ],
-    ),
-    "ws_skinny": dict(
-        shapes=[(m, n, k) for m in (64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
-        dtype="bf16", layouts=["linear"], graph=True,
-        configs=[
-            T(64, 64, 128, 1, 8, 4, ws=True),
-            T(128, 64, 128, 1, 8, 4, ws=True),
-            T(128, 128, 64, 1, 8, 4, ws=True),
-            T(64, 128, 64, 1, 8, 4, ws=True),
         ],
     ),
     "skinny": dict(
@@ -306,8 +251,7 @@ def tasks_of(groups):
         spec = GROUPS[g]
         for shape in spec["shapes"]:
             for layout in spec["layouts"]:
-                configs = _configs_of(spec, shape)
-                for cfg in [None, *configs]:  # None: the heuristic's pick
+                for cfg in [None, *_configs_of(spec, shape)]:  # None: the heuristic's pick
                     key = (spec["dtype"], layout, cfg, *(map(_spec, shape) if cfg else shape))
                     if key not in seen:
                         seen.add(key)
@@ -316,178 +260,97 @@ def tasks_of(groups):
 
 
 def _compile(task):
-    """Worker: compile one config for one call signature (no launch)."""
+    """Worker: compile one config for one call signature (no launch); an error message or None."""
     g, (M, N, K), dtype_name, layout, cfg = task
     torch.backends.cuda.matmul.allow_tf32 = True
-    from inductor_mm_plugin.ops import matmul as impl
-
-    t0 = time.time()
     try:
-        a, b = make_operands(M, N, K, DTYPES[dtype_name], layout, fill=False)
+        a, b = make_operands(M, N, K, dtype_of(dtype_name), layout, fill=False)
         out = torch.empty(M, N, device="cuda", dtype=a.dtype)
-        impl._launch(a, b, out, config=cfg, compile_only=True)
-        return task, None, time.time() - t0
+        plugin_runtime().launch(a, b, out, config=cfg, compile_only=True)
+        return None
     except Exception as e:  # noqa: BLE001
-        return task, f"{type(e).__name__}: {str(e)[:300]}", time.time() - t0
+        return f"{g} {M}x{N}x{K} {layout} {config_name(cfg) or 'heuristic'}: {type(e).__name__}: {str(e)[:300]}"
 
 
-def precompile(tasks, jobs):
-    t0 = time.time()
-    errors = {}
-    ctx = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-        for task, err, _ in pool.map(_compile, tasks, chunksize=1):
-            if err:
-                errors[(task[0], task[1], task[3], task[4])] = err
-    print(f"precompiled {len(tasks)} kernels in {time.time() - t0:.1f}s with {jobs} processes; "
-          f"{len(errors)} failed", flush=True)  # fmt: skip
-    for k, e in list(errors.items())[:20]:
-        print("  compile failed:", k[0], k[1], k[2], k[3].short() if k[3] else "heuristic", "->", e, flush=True)
-    return errors
-
-
-def rel_err(out, ref):
-    return float((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
-
-
-def time_fn(fn, graph):
-    import triton.testing
-
-    if graph:
-        return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
-    return triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
-
-
-def sweep(groups, errors):
-    from inductor_mm_plugin.kernels.configs import Problem  # noqa: F401
-    from inductor_mm_plugin.ops import matmul as impl
-
-    rows = []
-    for g in groups:
-        spec = GROUPS[g]
-        dtype = DTYPES[spec["dtype"]]
-        for M, N, K in spec["shapes"]:
-            for layout in spec["layouts"]:
-                a, b = make_operands(M, N, K, dtype, layout)
-                ref = torch.mm(a, b)
-                out = torch.empty(M, N, device="cuda", dtype=dtype)
-                cublas_ms = time_fn(lambda: torch.mm(a, b), spec["graph"])
-                # The heuristic's pick, through the public op path.
-                heur_out = torch.ops.inductor_mm_plugin.mm(a, b)
-                heur_cfg = impl.chosen_config(a, b)
-                heur_err = rel_err(heur_out, ref)
-                heur_ms = time_fn(lambda: torch.ops.inductor_mm_plugin.mm(a, b), spec["graph"])
-                configs = _configs_of(spec, (M, N, K))
-                results = []
-                for cfg in configs:
-                    if (g, (M, N, K), layout, cfg) in errors:
-                        results.append((cfg, None, "compile"))
-                        continue
-                    try:
-                        out.fill_(float("nan"))
-                        impl._launch(a, b, out, config=cfg)
-                        err = rel_err(out, ref)
-                        if not err < (5e-3 if dtype == torch.float32 else 1e-2):
-                            results.append((cfg, None, f"wrong: rel err {err:.3g}"))
-                            continue
-                        ms = time_fn(lambda: impl._launch(a, b, out, config=cfg), spec["graph"])
-                        results.append((cfg, ms, None))
-                    except Exception as e:  # noqa: BLE001
-                        results.append((cfg, None, f"{type(e).__name__}: {str(e)[:200]}"))
-                ok = [(c, ms) for c, ms, e in results if ms is not None]
-                best_cfg, best_ms = min(ok, key=lambda x: x[1]) if ok else (None, float("nan"))
-                flops = 2.0 * M * N * K
-                row = dict(
-                    group=g, shape=[M, N, K], dtype=spec["dtype"], layout=layout, cublas_ms=cublas_ms,
-                    heuristic=heur_cfg.short() if heur_cfg else None, heuristic_ms=heur_ms, heuristic_err=heur_err,
-                    best=best_cfg.short() if best_cfg else None, best_ms=best_ms,
-                    results=[dict(config=c.short(), ms=ms, error=e) for c, ms, e in results],
-                )  # fmt: skip
-                rows.append(row)
-                print(
-                    f"{g:10s} {M:6d}x{N:6d}x{K:6d} {layout:6s} cublas {flops / cublas_ms / 1e9:6.1f} TF | "
-                    f"heur {cublas_ms / heur_ms:5.2f} [{row['heuristic']}] err {heur_err:.1e} | "
-                    f"best {cublas_ms / best_ms:5.2f} [{row['best']}]",
-                    flush=True,
-                )
-                for c, ms, e in sorted(results, key=lambda r: r[1] or 1e9):
-                    print(f"      {cublas_ms / ms if ms else 0:5.2f}  {c.short()}  {e or ''}", flush=True)
-    return rows
-
-
-def host_overhead():
-    """Per-call host cost (CPU-bound loop, no sync inside) and the times do_bench reports."""
-    import triton.testing
-
-    from inductor_mm_plugin.ops import matmul as impl
-
-    res = {}
-    for M in (768, 1000):
-        a, b = make_operands(M, M, M, torch.bfloat16, "row")
-        out = torch.empty(M, M, device="cuda", dtype=torch.bfloat16)
-        plan = impl._launch(a, b, out)
-        fns = {
-            "torch.mm": lambda: torch.mm(a, b),
-            "ops.mm": lambda: torch.ops.inductor_mm_plugin.mm(a, b),
-            "mm_launch": lambda: impl.mm_launch(a, b),
-            "_launch(out)": lambda: impl._launch(a, b, out),
-            "plan.launch": lambda: plan.launch(a, b, out, None, 1.0, 1.0),
-        }
-
-        def jit_path():
-            # Triton's own launch path with the same config, for comparison.
-            args = plan.args(a, b, out, None, 1.0, 1.0)
-            plan.kernel[plan.grid](*args, num_warps=plan.cfg.num_warps, num_stages=plan.cfg.num_stages)
-
-        fns["triton jit launch"] = jit_path
-        for name, fn in fns.items():
-            for _ in range(200):
-                fn()
-            torch.cuda.synchronize()
-            n = 2000
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            t1 = time.perf_counter()
-            torch.cuda.synchronize()
-            host_us = (t1 - t0) / n * 1e6
-            bench_us = 1e3 * triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
-            graph_us = 1e3 * triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
-            res[f"{M} {name}"] = dict(host_us=host_us, do_bench_us=bench_us, cudagraph_us=graph_us)
-            print(f"overhead {M}^3 {name:18s} host {host_us:6.1f} us/call   do_bench {bench_us:7.1f} us   "
-                  f"cudagraph {graph_us:7.1f} us   [{plan.cfg.short()}]", flush=True)  # fmt: skip
-    return res
+def sweep_shape(g, spec, shape, layout, n_rounds):
+    """One JSONL row: every config checked, then all timed in rounds against torch.mm."""
+    rt = plugin_runtime()
+    M, N, K = shape
+    dtype = dtype_of(spec["dtype"])
+    tf32 = dtype == torch.float32
+    a, b = make_operands(M, N, K, dtype, layout)
+    op = torch.ops.inductor_mm_plugin.mm
+    err = matmul_error(op(a, b), a, b, tf32=tf32)
+    heur = rt.chosen_config(a, b)
+    fns = {"cublas": lambda: torch.mm(a, b)}
+    if not err:
+        fns["heuristic"] = lambda: op(a, b)
+    results = {}
+    for cfg in _configs_of(spec, shape):
+        name = cfg.short()
+        try:
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+            rt.launch(a, b, out, config=cfg)
+            wrong = matmul_error(out, a, b, tf32=tf32)
+        except Exception as e:  # noqa: BLE001 (a config that does not compile or launch is a result)
+            wrong = f"{type(e).__name__}: {str(e)[:200]}"
+        if wrong:
+            results[name] = dict(config=name, ms=None, error=wrong)
+        else:
+            results[name] = dict(config=name)
+            fns[name] = lambda cfg=cfg, out=out: rt.launch(a, b, out, config=cfg)
+    if spec["graph"]:
+        timers = {name: GraphTimer(fn, target_ms=5.0) for name, fn in fns.items()}
+        times = rounds(timers, lambda timer: timer(), n_rounds)
+    else:
+        times = rounds(fns, time_ms, n_rounds)
+    for name in times:
+        if name in ("cublas", "heuristic"):
+            continue
+        rs = ratios(times, "cublas", name)
+        results[name].update(ms=median(times[name]), ratio=median(rs), ratio_rounds=rs, error=None)
+    ok = [r for r in results.values() if r.get("ms")]
+    best = max(ok, key=lambda r: r["ratio"]) if ok else None
+    row = dict(group=g, M=M, N=N, K=K, dtype=spec["dtype"], layout=layout,
+               timing="cudagraph" if spec["graph"] else "do_bench", cublas_ms=median(times["cublas"]),
+               heuristic=config_name(heur), heuristic_error=err,
+               heuristic_ms=median(times["heuristic"]) if "heuristic" in times else None,
+               heuristic_ratio=median(ratios(times, "cublas", "heuristic")) if "heuristic" in times else None,
+               heuristic_rounds=ratios(times, "cublas", "heuristic") if "heuristic" in times else None,
+               best=best and best["config"], best_ms=best and best["ms"], best_ratio=best and best["ratio"],
+               results=list(results.values()))  # fmt: skip
+    return row
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/sweep"))
-    p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
-    p.add_argument("--groups", nargs="+", default=list(GROUPS), choices=list(GROUPS))
-    p.add_argument("--skip-overhead", action="store_true")
+    p.add_argument("--groups", nargs="+", default=["llm", "skinny"], choices=list(GROUPS))
+    add_common_args(p, "sweep.jsonl", jobs=True)
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("sweep_configs.py needs a CUDA device")
-    torch.backends.cuda.matmul.allow_tf32 = True
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
-    import triton
+    require_cuda("sweep_configs.py")
+    import inductor_mm_plugin  # noqa: F401  (registers the ops)
 
-    result["triton"] = triton.__version__
-    tasks = tasks_of(args.groups)
-    errors = precompile(tasks, args.jobs)
-    if not args.skip_overhead:
-        result["overhead"] = host_overhead()
-        (out / "sweep.json").write_text(json.dumps(result, indent=1))
-    result["rows"] = sweep(args.groups, errors)
-    result["compile_errors"] = {f"{k[0]} {k[1]} {k[2]} {k[3].short() if k[3] else 'heuristic'}": e
-                                for k, e in errors.items()}
-    (out / "sweep.json").write_text(json.dumps(result, indent=1))
-    # The heuristic's choice per shape, for the record.
-    for r in result["rows"]:
-        print(f"{r['group']:10s} {r['shape']} {r['layout']:6s} heuristic {r['cublas_ms'] / r['heuristic_ms']:.2f} "
-              f"best {r['cublas_ms'] / r['best_ms']:.2f} [{r['best']}]")  # fmt: skip
+    torch.backends.cuda.matmul.allow_tf32 = True
+    meta = run_meta(args.commit)
+    jsonl = pathlib.Path(args.out) / "sweep.jsonl"
+    errors = [e for e in precompile(tasks_of(args.groups), _compile, args.jobs) if e]
+    for e in errors[:20]:
+        print("  compile failed:", e, flush=True)
+    for g in args.groups:
+        spec = GROUPS[g]
+        for shape in spec["shapes"]:
+            for layout in spec["layouts"]:
+                row = sweep_shape(g, spec, shape, layout, args.rounds)
+                append_jsonl(jsonl, [row], meta)
+                h = f"{row['heuristic_ratio']:5.2f}" if row["heuristic_ratio"] else "WRONG"
+                best = f"{row['best_ratio']:5.2f}" if row["best_ratio"] else "  -  "
+                print(f"{g:10s} {shape[0]:6d}x{shape[1]:6d}x{shape[2]:6d} {layout:6s} heuristic {h} "
+                      f"[{row['heuristic']}] best {best} [{row['best']}]", flush=True)  # fmt: skip
+                for r in sorted(row["results"], key=lambda r: -(r.get("ratio") or 0)):
+                    ratio = f"{r['ratio']:5.2f} ({spread(r.get('ratio_rounds'))})" if r.get("ratio") else "  -  "
+                    print(f"      {ratio}  {r['config']}  {r.get('error') or ''}", flush=True)
+                torch.cuda.empty_cache()
+    print(f"rows appended to {jsonl}")
 
 
 if __name__ == "__main__":

@@ -1,86 +1,107 @@
 #!/usr/bin/env bash
-# One device-tool call that checks and measures in parallel on a two-GPU machine
-# (nvidia-h200-x2): GPU 0 runs the tests, GPU 1 the benchmarks; one GPU runs them in turn.
-#   FULL_SUITE=1                           the whole test suite (4 processes over the GPUs), nothing else
-#   TESTS="tests/test_template.py ..."  (default: the integration, template and kernel tests)
-#   BENCHES="bmm epilogue ab mm breakdown" (default: bmm epilogue ab)
-#   TESTS2="..."                           (optional second pytest run, after the first)
-#   BENCH_BMM_ARGS, BENCH_MM_ARGS, BREAKDOWN_ARGS  (extra arguments of bench_bmm.py / bench_mm.py / epilogue_breakdown.py)
-#   TEST_TIMEOUT, BENCH_TIMEOUT            (seconds; default 520 each)
-# Snapshot first (from the repo root): rm -rf .clean && mkdir .clean && git archive HEAD | tar -x -C .clean
-#   && git rev-parse --short HEAD > .clean/.commit; then run `cd .clean && bash tools/gpu_check.sh`
-#   with carry [".clean"] (.clean is ignored through .git/info/exclude).
-# $OUT gets at most 8 files (the device tool's limit): pytest.txt, bench.log and the results.
+# Check and measure the package on a CUDA host: install it, run the GPU tests, run benchmarks,
+# and leave every log and result in one folder.
+#
+#   bash tools/gpu_check.sh [--out DIR] [--tests "PYTEST ARGS" | --no-tests] [--bench NAME]... [--parallel]
+#
+#   --out DIR        where everything goes (default: $OUT, else ./gpu-check-out)
+#   --tests ARGS     pytest arguments (default: -m gpu); --no-tests skips pytest
+#   --bench NAME     a benchmark to run after the tests, repeatable, in order; NAME is one of
+#                    mm bmm epilogue shapes models ab sweep (bench/<script>.py), with extra
+#                    arguments after a colon: --bench "shapes:--suite random" --bench "ab:--base 0ceed64"
+#   --timeout S      seconds per benchmark (default 540) and for pytest (default 900)
+#   --parallel       with two or more GPUs: the tests on GPU 0 while the benchmarks run on GPU 1
+#
+# Results: each benchmark appends its JSONL rows to DIR/results/<name>.jsonl (a fresh file per
+# run; append them to bench/results/ in the repository to keep them) and its output to
+# DIR/bench.log; pytest writes DIR/pytest.txt; DIR/setup.log has the GPU, driver, versions and
+# the install's output. Few files on purpose: some runners bring back only a handful.
+# The commit recorded in the rows is .commit at the repo root if present (write it where the
+# tree is a copy without git history: git rev-parse --short HEAD > .commit), else git's.
+# Exit status: pytest's (0 with --no-tests); a benchmark's failure shows in its log.
 set -uo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-./gpu-check-out}
+TEST_ARGS="-m gpu"
+RUN_TESTS=1
+BENCHES=()
+BENCH_TIMEOUT=540
+TEST_TIMEOUT=900
+PARALLEL=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) OUT=$2; shift 2 ;;
+    --tests) TEST_ARGS=$2; shift 2 ;;
+    --no-tests) RUN_TESTS=0; shift ;;
+    --bench) BENCHES+=("$2"); shift 2 ;;
+    --timeout) BENCH_TIMEOUT=$2; TEST_TIMEOUT=$2; shift 2 ;;
+    --parallel) PARALLEL=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT/results"
+OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | tail -2
-GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
-[ "$GPUS" -ge 1 ] || GPUS=1  # no GPU: the tests run on the CPU (a dry run of this script)
-TESTS=${TESTS:-tests/test_cache.py tests/test_compare.py tests/test_routing.py tests/test_template.py tests/test_kernel_paths.py}
-BENCHES=${BENCHES:-bmm epilogue ab}
+PY=${PYTHON:-python3}
+
+COMMIT=$(cat .commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
+{
+  date -Iseconds
+  echo "commit $COMMIT"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+  $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
+} >"$OUT/setup.log" 2>&1
+cat "$OUT/setup.log"
+echo "--- pip install --no-build-isolation --no-deps -e ." >>"$OUT/setup.log"
+$PY -m pip install --no-build-isolation --no-deps -e . >>"$OUT/setup.log" 2>&1 || {
+  echo "pip install failed (the bench scripts still import this tree's package): $OUT/setup.log"
+  tail -5 "$OUT/setup.log"; }
+
+script_of() {
+  case $1 in
+    mm) echo bench/bench_mm.py ;; bmm) echo bench/bench_bmm.py ;; epilogue) echo bench/bench_epilogue.py ;;
+    shapes) echo bench/shapes.py ;; models) echo bench/models.py ;; ab) echo bench/ab.py ;;
+    sweep) echo bench/sweep_configs.py ;; *) return 1 ;;
+  esac
+}
 
 run_tests() {
-  timeout "${TEST_TIMEOUT:-520}" python3 -m pytest -q -p no:cacheprovider -rfE --durations=10 $TESTS >"$OUT/pytest.txt" 2>&1
-  echo "pytest exit $?" >>"$OUT/pytest.txt"
-  if [ -n "${TESTS2:-}" ]; then
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE $TESTS2 >>"$OUT/pytest.txt" 2>&1
-    echo "pytest (2) exit $?" >>"$OUT/pytest.txt"
-  fi
+  [ "$RUN_TESTS" = 1 ] || return 0
+  # shellcheck disable=SC2086  (the arguments are split on purpose)
+  timeout "$TEST_TIMEOUT" $PY -m pytest -q -p no:cacheprovider -rfE --durations=10 $TEST_ARGS >"$OUT/pytest.txt" 2>&1
+  local rc=$?
+  echo "pytest exit $rc" >>"$OUT/pytest.txt"
+  return $rc
 }
 
 run_benches() {
-  local scratch=/tmp/bench_out
-  mkdir -p "$scratch"
-  {
-    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
-    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-    for b in $BENCHES; do
-      echo "=== $b"
-      case $b in
-        bmm) timeout 200 python3 bench/bench_bmm.py --out "$scratch" ${BENCH_BMM_ARGS:-} ;;
-        epilogue) timeout 330 python3 bench/bench_epilogue.py --quick --out "$scratch" ;;
-        ab) timeout 240 python3 -m inductor_mm_plugin compare examples/transformer_block.py:make --select all \
-              --markdown "$scratch/ab-transformer-block.md" --json "$scratch/ab-transformer-block.json" ;;
-        breakdown) TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 timeout 420 python3 bench/epilogue_breakdown.py \
-              --code "$scratch/code" ${BREAKDOWN_ARGS:-}
-              tar czf "$OUT/breakdown-code.tgz" -C "$scratch" code ;;
-        mm) timeout 400 python3 bench/bench_mm.py --out "$scratch" --commit "$COMMIT" ${BENCH_MM_ARGS:-} ;;
-      esac
-      cp "$scratch"/*.json "$scratch"/*.md "$OUT"/ 2>/dev/null  # after each: a timeout keeps the rest
-    done
-  } >"$OUT/bench.log" 2>&1
+  for spec in "${BENCHES[@]+"${BENCHES[@]}"}"; do
+    name=${spec%%:*}
+    args=""
+    [ "$name" != "$spec" ] && args=${spec#*:}
+    script=$(script_of "$name") || { echo "=== unknown benchmark $name" | tee -a "$OUT/bench.log"; continue; }
+    echo "=== $name: $script $args ($(date -Iseconds))" | tee -a "$OUT/bench.log"
+    # shellcheck disable=SC2086
+    timeout "$BENCH_TIMEOUT" $PY "$script" --out "$OUT/results" --commit "$COMMIT" $args >>"$OUT/bench.log" 2>&1
+    echo "=== $name exit $? ($(date -Iseconds))" | tee -a "$OUT/bench.log"
+  done
 }
 
-# The snapshot's commit: written to .commit when the snapshot is made (the device copy's
-# git metadata can be stale), else git's.
-COMMIT=$(cat .commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ "${FULL_SUITE:-0}" = 1 ]; then
-  # The whole suite in four pytest processes, two per GPU (it compiles on the CPU most of
-  # the time; one process took over ten minutes on its own). No benchmarks.
-  groups=("tests/test_routing.py" "tests/test_compare.py tests/test_cache.py tests/test_template.py"
-          "tests/test_kernel_paths.py tests/test_tuning_cache.py tests/test_compat.py"
-          "tests/test_ops.py tests/test_autograd.py tests/test_fallback_and_errors.py")
-  for i in 0 1 2 3; do
-    (CUDA_VISIBLE_DEVICES=$((i % GPUS)) timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -q -p no:cacheprovider -rfE \
-      ${groups[$i]} >"$OUT/pytest-$i.txt" 2>&1; echo "pytest exit $?" >>"$OUT/pytest-$i.txt") &
-  done
-  wait
-  for i in 0 1 2 3; do echo "== ${groups[$i]}"; grep -E "^(FAILED|ERROR)|passed|failed|pytest exit" "$OUT/pytest-$i.txt"; done
-  exit 0
+GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+rc=0
+if [ "$PARALLEL" = 1 ] && [ "$GPUS" -ge 2 ]; then
+  (CUDA_VISIBLE_DEVICES=0 run_tests) &
+  tests_pid=$!
+  CUDA_VISIBLE_DEVICES=1 run_benches
+  wait "$tests_pid" || rc=$?
+else
+  run_tests || rc=$?
+  run_benches
 fi
 
-export OUT TESTS BENCHES COMMIT BENCH_MM_ARGS=${BENCH_MM_ARGS:-} BENCH_BMM_ARGS=${BENCH_BMM_ARGS:-} BREAKDOWN_ARGS=${BREAKDOWN_ARGS:-}
-export -f run_benches
-if [ "$GPUS" -ge 2 ]; then
-  (CUDA_VISIBLE_DEVICES=0 run_tests) &
-  (CUDA_VISIBLE_DEVICES=1 timeout "${BENCH_TIMEOUT:-520}" bash -c run_benches) &
-  wait
-else
-  run_tests
-  timeout "${BENCH_TIMEOUT:-520}" bash -c run_benches
-fi
-tail -25 "$OUT/pytest.txt"
-tail -40 "$OUT/bench.log"
-ls "$OUT"
+[ "$RUN_TESTS" = 1 ] && tail -15 "$OUT/pytest.txt"
+[ ${#BENCHES[@]} -gt 0 ] && { echo "--- last lines of $OUT/bench.log"; tail -60 "$OUT/bench.log"; }
+ls -R "$OUT" | head -40
+exit $rc

@@ -11,7 +11,7 @@ a round replays a captured graph of each arm, which is GPU time alone; otherwise
 loop of back-to-back calls, which includes each op's host cost, as the model pays it.
 
 A site is routed when the plugin was faster in every round and by ``MARGIN`` in the median:
-"when unsure, stock wins". Decisions are cached in memory and on disk (``cache.py``), keyed
+"when unsure, stock wins". Decisions are cached in memory and on disk (runtime/tuning.py, ``routing_cache``), keyed
 by GPU, versions, kernel source and the site's signature, so a second compile measures
 nothing.
 """
@@ -24,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from ..runtime import tuning
 from . import compat
 
 MARGIN = 1.02  # the plugin must be at least this much faster in the median round
@@ -169,17 +170,15 @@ def cached_or_measure(key: str, op: str, vals: list[torch.Tensor], alpha, beta, 
     """The site's measurement from this process or the disk cache, else measured now and stored."""
     hit = _MEMORY.get(key)
     if hit is None:
-        store = _disk(vals[-1].device)
-        entry = store.get(key)
-        hit = Measurement.from_json(entry) if entry is not None else None
+        store = tuning.routing_cache(torch.cuda.get_device_name(vals[-1].device))
+        entry = store.get_entry(key)
+        try:
+            hit = Measurement.from_json(entry) if entry is not None else None
+        except (KeyError, TypeError, ValueError):
+            hit = None  # a malformed entry is measured again
         if hit is None:
             hit = measure(op, layouts(vals), vals[-1].dtype, vals[-1].device, alpha, beta, graphs)
-            store.put(key, hit.to_json())
+            store.put_entry(key, hit.to_json())
         _MEMORY[key] = hit
     return hit
 
-
-def _disk(device: torch.device):
-    from ..runtime import tuning
-
-    return tuning.decision_store(torch.cuda.get_device_name(device))

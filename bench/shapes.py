@@ -1,0 +1,478 @@
+"""The plugin's matmul against torch.mm (cuBLAS) on shapes nobody chose for it (issue 22).
+
+    python bench/shapes.py --suite random --out DIR          # >= 200 fresh shapes, new seed each run
+    python bench/shapes.py --suite models --out DIR          # a random sample of real nn.Linear shapes
+    python bench/shapes.py --suite all --tf32 --out DIR      # both, and the TF32 4096^3 row
+    python bench/shapes.py --suite random --seed 1234        # repeat one run's shapes
+    python bench/shapes.py --device cpu --n 4                # a dry run through Triton's interpreter
+
+Suites:
+
+* ``random``: ``--n`` shapes (default 200) drawn from a seed that is new every run (printed,
+  recorded; ``--seed`` repeats one; never tune against one seed): M log-uniform in
+  [1, 16384], N and K log-uniform in [64, 32768]; from 8 up, each size a multiple of 8 three
+  times in four, else not; bf16 or fp16, B row-major (``row``) or an ``nn.Linear`` weight
+  (``linear``: b = w.t(), w of shape (N, K)), each half the time. Shapes over
+  ``FLOP_CAP`` (2^41 FLOP, ~3 ms of bf16) or ``BYTE_CAP`` (1 GiB of operands and result)
+  are drawn again: the run has to fit ~4 minutes of H200 time.
+* ``models``: every ``nn.Linear`` of the configurations in ``MODELS`` (Llama-3 8B/70B,
+  Mistral 7B, Qwen2.5 7B/14B/32B, Phi-3-mini, Gemma-2 9B, ViT-B/L/H, BERT-base/large, GPT-2 XL)
+  at tensor-parallel degree 1, 2, 4, 8 (column-parallel layers slice N, row-parallel slice K)
+  and M in ``TOKENS`` (ViT: 197 tokens per image), bf16, deduplicated: about 1,200 shapes.
+  A run takes a random sample of ``--limit`` (default 240; 0: all) from a fresh seed,
+  printed and recorded (``--seed`` repeats it).
+* ``--tf32``: fp32 with TF32 allowed, B row-major, 4096^3.
+
+Method, per shape: fresh random inputs; the plugin checked against float64 first, with the
+tests' error bound (``ops/reference.py``; all rows of the result up to 384, else 384 rows
+covering every 64-row block's edges), once through the launcher into a NaN-poisoned output
+(every element written) and once through the op that is timed; a wrong result is reported and
+left out of the timing. Then torch.mm and ``torch.ops.inductor_mm_plugin.mm`` in ``--rounds``
+rounds (default 3), the order reversed each round (``_timing.rounds``), ratio = torch.mm time
+/ plugin time within a round, the median over rounds (above 1: the plugin is faster). Shapes
+whose floor (FLOPs at 700 TFLOP/s, bytes at 3.5 TB/s) is under 50 us run as CUDA graphs of
+back-to-back calls (``_timing.GraphTimer``), cycling through enough input sets to exceed the
+L2 three times (at most 64); larger ones with ``do_bench`` (L2 flushed before each call).
+Every shape's kernels are compiled first, in ``--jobs`` processes.
+
+Writes one JSONL row per shape to ``<out>/shapes.jsonl`` (date, commit, gpu, torch, triton,
+suite, seed, M, N, K, dtype, layout, cublas_ms, plugin_ms, ratio, and ratio_rounds, config,
+kernel, timing, aligned, shape_class, err, fallback, source) and ``<out>/shapes-classes.json``:
+per ``shape_class``, the rows of this GPU and commit in that file (every run so far),
+their geomean / p10 / min ratio and a verdict, for the routing pass to stay on stock
+where the kernel loses (``--classes-from FILE`` rewrites it from a JSONL file, no GPU).
+Prints geomean, p10, min and the worst rows against the targets.
+
+Time on the H200 (estimate, to be replaced by the first run's): random, 200 shapes: ~45 s
+compiling + ~0.5 s a shape = ~2.5 min; models, 240 shapes: ~3 min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import pathlib
+import random
+import sys
+import time
+import warnings
+
+if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == ["cpu"]:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the package defines its kernels
+
+import torch
+from _timing import (
+    GraphTimer, add_common_args, append_jsonl, check_rows, config_name, dtype_of, geomean, header, make_operands, matmul_error,
+    median, percentile, plugin_runtime, precompile, ratios, read_jsonl, require_cuda, rotating, rotation, rounds,
+    run_meta, spread, time_ms,
+)  # fmt: skip
+
+TARGETS = {"random": {"geomean": 1.00, "p10": 0.92, "min": 0.85}, "models": {"geomean": 1.02, "min": 0.90},
+           "tf32": {"min": 0.90}}  # fmt: skip
+FLOP_CAP = 2**41
+BYTE_CAP = 2**30
+GRAPH_BELOW_US = 50.0
+RANDOM_M, RANDOM_NK = (1, 16384), (64, 32768)
+
+# ------------------------------------------------------------------------ the models
+# Public configs (each model card's config.json): hidden, intermediate (FFN), attention heads,
+# KV heads, head dim, vocabulary; ``arch`` picks the list of linears below.
+MODELS = {
+    "llama3-8b": dict(hidden=4096, ffn=14336, heads=32, kv=8, head_dim=128, vocab=128256, arch="llama"),
+    "llama3-70b": dict(hidden=8192, ffn=28672, heads=64, kv=8, head_dim=128, vocab=128256, arch="llama"),
+    "mistral-7b": dict(hidden=4096, ffn=14336, heads=32, kv=8, head_dim=128, vocab=32000, arch="llama"),
+    "qwen2.5-7b": dict(hidden=3584, ffn=18944, heads=28, kv=4, head_dim=128, vocab=152064, arch="llama"),
+    "qwen2.5-14b": dict(hidden=5120, ffn=13824, heads=40, kv=8, head_dim=128, vocab=152064, arch="llama"),
+    "qwen2.5-32b": dict(hidden=5120, ffn=27648, heads=40, kv=8, head_dim=128, vocab=152064, arch="llama"),
+    "phi3-mini": dict(hidden=3072, ffn=8192, heads=32, kv=32, head_dim=96, vocab=32064, arch="phi3"),
+    "gemma2-9b": dict(hidden=3584, ffn=14336, heads=16, kv=8, head_dim=256, vocab=256000, arch="llama"),
+    "vit-b16": dict(hidden=768, ffn=3072, heads=12, kv=12, head_dim=64, vocab=1000, arch="vit"),
+    "vit-l16": dict(hidden=1024, ffn=4096, heads=16, kv=16, head_dim=64, vocab=1000, arch="vit"),
+    "vit-h16": dict(hidden=1280, ffn=5120, heads=16, kv=16, head_dim=80, vocab=1000, arch="vit"),
+    "bert-base": dict(hidden=768, ffn=3072, heads=12, kv=12, head_dim=64, vocab=30522, arch="bert"),
+    "bert-large": dict(hidden=1024, ffn=4096, heads=16, kv=16, head_dim=64, vocab=30522, arch="bert"),
+    "gpt2-xl": dict(hidden=1600, ffn=6400, heads=25, kv=25, head_dim=64, vocab=50257, arch="gpt2"),
+}
+TOKENS = (1, 8, 32, 128, 512, 2048, 8192)
+VIT_IMAGES, VIT_TOKENS_PER_IMAGE = (1, 8, 32, 64), 197  # 16x16 patches of a 224 image + CLS
+TP = (1, 2, 4, 8)
+
+
+def linears(cfg: dict, tp: int) -> list[tuple[str, int, int, str, str]]:
+    """(name, N, K, layout, rows) of one tensor-parallel rank's linears; ``rows`` is
+    ``"tokens"`` or ``"sequences"`` (a pooler or classifier sees one row per sequence/image).
+    Column-parallel layers slice N by ``tp``, row-parallel ones K; KV heads are replicated
+    where ``tp`` exceeds them (as vLLM does); a layer whose heads do not split is skipped."""
+    H, F, nh, nkv, hd, V = (cfg[k] for k in ("hidden", "ffn", "heads", "kv", "head_dim", "vocab"))
+    if nh % tp or F % tp:
+        return []
+    q, kv = nh // tp * hd, max(1, nkv // tp) * hd
+    arch = cfg["arch"]
+    if arch == "llama":  # separate q/k/v, gate/up (Llama, Mistral, Qwen2, Gemma-2)
+        out = [("q_proj", q, H), ("k_proj", kv, H), ("v_proj", kv, H), ("o_proj", H, q), ("gate_proj", F // tp, H),
+               ("up_proj", F // tp, H), ("down_proj", H, F // tp), ("lm_head", -(-V // tp), H)]  # fmt: skip
+        return [(n, N, K, "linear", "tokens") for n, N, K in out]
+    if arch == "phi3":  # fused qkv_proj and gate_up_proj (transformers' Phi3)
+        out = [("qkv_proj", q + 2 * kv, H), ("o_proj", H, q), ("gate_up_proj", 2 * F // tp, H),
+               ("down_proj", H, F // tp), ("lm_head", -(-V // tp), H)]  # fmt: skip
+        return [(n, N, K, "linear", "tokens") for n, N, K in out]
+    if arch in ("vit", "bert"):
+        out = [("query", q, H, "tokens"), ("key", q, H, "tokens"), ("value", q, H, "tokens"),
+               ("attention.output", H, q, "tokens"), ("intermediate", F // tp, H, "tokens"),
+               ("output", H, F // tp, "tokens")]  # fmt: skip
+        if arch == "vit":
+            out.append(("classifier", V, H, "sequences"))  # ImageNet head, replicated
+        else:
+            out += [("pooler", H, H, "sequences"), ("mlm.transform", H, H, "tokens"),
+                    ("mlm.decoder", -(-V // tp), H, "tokens")]  # fmt: skip
+        return [(n, N, K, "linear", rows) for n, N, K, rows in out]
+    if arch == "gpt2":  # Conv1D: x @ W with W of shape (in, out), a row-major B
+        out = [("c_attn", 3 * q, H, "row"), ("attn.c_proj", H, q, "row"), ("c_fc", F // tp, H, "row"),
+               ("mlp.c_proj", H, F // tp, "row"), ("lm_head", -(-V // tp), H, "linear")]  # fmt: skip
+        return [(n, N, K, layout, "tokens") for n, N, K, layout in out]
+    raise ValueError(f"unknown arch {arch!r}")
+
+
+def model_shapes() -> list[dict]:
+    """Every distinct (M, N, K, layout) of ``MODELS`` x ``TP`` x M, bf16, with the first
+    model layer that has it (``source``) and how many have it (``sources``)."""
+    seen: dict[tuple, dict] = {}
+    for model, cfg in MODELS.items():
+        vit = cfg["arch"] == "vit"
+        for tp in TP:
+            for name, N, K, layout, rows in linears(cfg, tp):
+                if vit:
+                    ms = VIT_IMAGES if rows == "sequences" else tuple(i * VIT_TOKENS_PER_IMAGE for i in VIT_IMAGES)
+                else:
+                    ms = TOKENS
+                for M in ms:
+                    key = (M, N, K, layout)
+                    if key in seen:
+                        seen[key]["sources"] += 1
+                    else:
+                        seen[key] = dict(M=M, N=N, K=K, dtype="bf16", layout=layout, source=f"{model} {name} tp{tp}",
+                                         sources=1)  # fmt: skip
+    return list(seen.values())
+
+
+# ------------------------------------------------------------------- random shapes
+
+
+def _size(rng: random.Random, lo: int, hi: int) -> int:
+    """Log-uniform in [lo, hi]; from 8 up a multiple of 8 three times in four, else not."""
+    x = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+    x = min(max(x, lo), hi)
+    if x < 8:
+        return x
+    if rng.random() < 0.75:
+        return min(max(8, 8 * round(x / 8)), hi - hi % 8)
+    if x % 8 == 0:
+        x = x + rng.randint(1, 7) if x + 7 <= hi else x - rng.randint(1, 7)
+    return x
+
+
+def flops_bytes(M, N, K, elem=2) -> tuple[float, float]:
+    return 2.0 * M * N * K, float((M * K + K * N + M * N) * elem)
+
+
+def random_shapes(n: int, seed: int, flop_cap=FLOP_CAP, byte_cap=BYTE_CAP, m_range=RANDOM_M, nk_range=RANDOM_NK):
+    """``n`` distinct shapes from ``seed`` (module docstring); over a cap: drawn again."""
+    rng = random.Random(seed)
+    out, seen = [], set()
+    while len(out) < n:
+        M, N, K = _size(rng, *m_range), _size(rng, *nk_range), _size(rng, *nk_range)
+        dtype, layout = rng.choice(("bf16", "fp16")), rng.choice(("row", "linear"))
+        flops, nbytes = flops_bytes(M, N, K)
+        if flops > flop_cap or nbytes > byte_cap or (M, N, K, dtype, layout) in seen:
+            continue
+        seen.add((M, N, K, dtype, layout))
+        out.append(dict(M=M, N=N, K=K, dtype=dtype, layout=layout))
+    return out
+
+
+# ----------------------------------------------------------------------- shape classes
+_M_EDGES = (1, 16, 64, 256, 1024, 4096)  # M buckets: 1, 2-16, 17-64, ..., 1025-4096, >4096
+_NK_EDGES = (1024, 4096)  # N and K buckets: <=1024, 1025-4096, >4096
+
+
+def _bucket(x: int, edges: tuple[int, ...], name: str) -> str:
+    lo = 1
+    for edge in edges:
+        if x <= edge:
+            return f"{name}{lo}-{edge}" if lo != edge else f"{name}{edge}"
+        lo = edge + 1
+    return f"{name}>{edges[-1]}"
+
+
+def shape_class(M: int, N: int, K: int, dtype: str, layout: str, aligned: bool) -> str:
+    """The measurement class of a matmul, e.g. ``"16bit/linear/aligned/M17-64/N>4096/K1025-4096"``.
+
+    What decides which kernel runs and how well it does: the element width (bf16 and fp16
+    take the same kernels; fp32 TF32 others), B's layout (``row`` or ``linear``), whether the
+    rows are 16-byte aligned (TMA or the pointer kernel), M (decode sizes take split-K and
+    narrow tiles), and N, K (waves of tiles, split-K). Buckets on powers of four, so that a
+    log-uniform draw fills them evenly: M 1, 2-16, 17-64, 65-256, 257-1024, 1025-4096, >4096;
+    N and K <=1024, 1025-4096, >4096 (252 classes per width). ``dtype``: "bf16", "fp16" or
+    "fp32"; ``aligned``: N and K multiples of 16 bytes' worth of elements (``is_aligned``)."""
+    width = "fp32" if dtype in ("fp32", "tf32") else "16bit"
+    return "/".join((width, layout, "aligned" if aligned else "unaligned", _bucket(M, _M_EDGES, "M"),
+                     _bucket(N, _NK_EDGES, "N"), _bucket(K, _NK_EDGES, "K")))  # fmt: skip
+
+
+def is_aligned(N: int, K: int, dtype: str) -> bool:
+    """Rows of A, B and the result start 16 bytes apart (what TMA needs) in either layout."""
+    per16 = 4 if dtype in ("fp32", "tf32") else 8
+    return N % per16 == 0 and K % per16 == 0
+
+
+def verdict(ratios_: list[float]) -> str:
+    """``plugin`` where the kernel wins or ties (geomean >= 1.00 and every row >= 0.92),
+    ``stock`` where it loses (geomean < 0.97 or a row < 0.85), else ``close``; ``few`` under 3 rows."""
+    if len(ratios_) < 3:
+        return "few"
+    g, lo = geomean(ratios_), min(ratios_)
+    if g < 0.97 or lo < 0.85:
+        return "stock"
+    return "plugin" if g >= 1.0 and lo >= 0.92 else "close"
+
+
+def class_summary(rows: list[dict]) -> dict:
+    """shape_class -> n, geomean, p10, min, verdict, worst (shape of its lowest row)."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("ratio"):
+            by.setdefault(r["shape_class"], []).append(r)
+    out = {}
+    for key in sorted(by):
+        rs = by[key]
+        xs = [r["ratio"] for r in rs]
+        worst = min(rs, key=lambda r: r["ratio"])
+        out[key] = {"n": len(xs), "geomean": round(geomean(xs), 4), "p10": round(percentile(xs, 10), 4),
+                    "min": round(min(xs), 4), "verdict": verdict(xs),
+                    "worst": f"{worst['M']}x{worst['N']}x{worst['K']} {worst['dtype']} {worst['layout']}"}  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------------------- timing
+
+
+def _floor_us(M, N, K, elem):
+    flops, nbytes = flops_bytes(M, N, K, elem)
+    return max(flops / 700e12, nbytes / 3.5e12) * 1e6
+
+
+def _operands(shape, device, fill=True):
+    dtype = dtype_of("fp32" if shape["dtype"] == "tf32" else shape["dtype"])
+    return make_operands(shape["M"], shape["N"], shape["K"], dtype, shape["layout"], fill=fill, device=device)
+
+
+def _compile_shape(shape):
+    """Worker: compile the heuristic's kernel for one shape (no launch)."""
+    torch.backends.cuda.matmul.allow_tf32 = shape["dtype"] == "tf32"
+    rt = plugin_runtime()
+    a, b = _operands(shape, "cuda", fill=False)
+    out = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=a.dtype)
+    try:
+        rt.launch(a, b, out, compile_only=True)
+    except Exception as e:  # noqa: BLE001 (the timed run compiles again and reports it)
+        return f"{shape}: {type(e).__name__}: {str(e)[:200]}"
+    return None
+
+
+def bench_shape(shape: dict, rt, n_rounds: int, device: str) -> dict:
+    """One JSONL row: the float64 check, then both implementations in rounds."""
+    M, N, K, layout = shape["M"], shape["N"], shape["K"], shape["layout"]
+    tf32 = shape["dtype"] == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    a, b = _operands(shape, device)
+    elem = a.element_size()
+    aligned = is_aligned(N, K, shape["dtype"])
+    row = dict(shape, aligned=aligned, shape_class=shape_class(M, N, K, shape["dtype"], layout, aligned),
+               cublas_ms=None, plugin_ms=None, ratio=None)  # fmt: skip
+    op = torch.ops.inductor_mm_plugin.mm
+    rows = check_rows(M, seed=M * 31 + N)
+    poisoned = torch.full((M, N), float("nan"), device=device, dtype=a.dtype)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = rt.launch(a, b, poisoned)
+        err = matmul_error(poisoned, a, b, tf32=tf32, rows=rows)
+        out = op(a, b)
+        err = err or matmul_error(out, a, b, tf32=tf32, rows=rows)
+    fallback = [str(w.message)[:200] for w in caught if type(w.message).__name__ == "KernelFallbackWarning"]
+    row.update(config=config_name(getattr(plan, "cfg", None)), kernel=getattr(getattr(plan, "cfg", None), "kernel", None))
+    if fallback:
+        row["fallback"] = fallback[0]
+    if err:
+        row["err"] = err
+        return row
+    del poisoned, out
+    if device != "cuda":  # a dry run: the logic, not the numbers
+        t = lambda fn: median([_wall_ms(fn) for _ in range(3)])  # noqa: E731
+        fns = {"cublas": lambda: torch.mm(a, b), "plugin": lambda: op(a, b)}
+        times = rounds(fns, t, n_rounds)
+        row["timing"] = "wall (cpu)"
+    elif _floor_us(M, N, K, elem) < GRAPH_BELOW_US:
+        per_call = (M * K + K * N + M * N) * elem
+        sets = [(a, b)] + [_operands(shape, device) for _ in range(rotation(per_call) - 1)]
+        timers = {"cublas": GraphTimer(rotating(torch.mm, sets)), "plugin": GraphTimer(rotating(op, sets))}
+        times = rounds(timers, lambda timer: timer(), n_rounds)
+        row.update(timing="cudagraph", rotate=len(sets), graph_calls=timers["plugin"].calls)
+        del timers, sets
+    else:
+        times = rounds({"cublas": lambda: torch.mm(a, b), "plugin": lambda: op(a, b)}, time_ms, n_rounds)
+        row["timing"] = "do_bench"
+    rs = ratios(times, "cublas", "plugin")
+    row.update(cublas_ms=median(times["cublas"]), plugin_ms=median(times["plugin"]), ratio=median(rs),
+               ratio_rounds=[round(r, 4) for r in rs])  # fmt: skip
+    return row
+
+
+def _wall_ms(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def report(rows: list[dict], suite: str) -> str:
+    timed = [r for r in rows if r.get("ratio")]
+    wrong = [r for r in rows if r.get("err")]
+    xs = [r["ratio"] for r in timed]
+    lines = [f"## {suite}: {len(timed)} shapes timed, {len(wrong)} wrong (not timed)"]
+    if xs:
+        target = TARGETS.get(suite, {})
+        got = {"geomean": geomean(xs), "p10": percentile(xs, 10), "min": min(xs)}
+        for k, v in got.items():
+            t = target.get(k)
+            mark = "" if t is None else f"   target >= {t:.2f} {'ok' if v >= t else 'MISSED'}"
+            lines.append(f"  {k:8s} {v:.3f}{mark}")
+        lines.append("  worst rows:")
+        for r in sorted(timed, key=lambda r: r["ratio"])[:10]:
+            lines.append(f"    {r['ratio']:.3f} ({spread(r.get('ratio_rounds'))})  {r['M']}x{r['N']}x{r['K']} "
+                         f"{r['dtype']} {r['layout']:6s} cublas {1e3 * r['cublas_ms']:8.1f} us  "
+                         f"plugin {1e3 * r['plugin_ms']:8.1f} us  [{r.get('config')}] {r.get('source', '')}")  # fmt: skip
+    for r in wrong:
+        lines.append(f"  WRONG {r['M']}x{r['N']}x{r['K']} {r['dtype']} {r['layout']} [{r.get('config')}]: {r['err']}")
+    return "\n".join(lines)
+
+
+def write_classes(jsonl: pathlib.Path, out_dir: pathlib.Path, meta: dict | None = None) -> dict:
+    """``<out_dir>/shapes-classes.json`` from every row of ``jsonl`` with ``meta``'s GPU and
+    commit (default: the last row's): all the runs at that commit so far."""
+    all_rows = read_jsonl(jsonl)
+    if meta is None:
+        if not all_rows:
+            sys.exit(f"{jsonl}: no rows")
+        meta = {k: all_rows[-1][k] for k in ("gpu", "commit", "torch", "triton", "date")}
+    rows = [r for r in all_rows if r.get("gpu") == meta["gpu"] and r.get("commit") == meta["commit"]
+            and r.get("suite") != "tf32"]  # fmt: skip
+    classes = class_summary(rows)
+    doc = {
+        "gpu": meta["gpu"], "commit": meta["commit"], "torch": meta["torch"], "triton": meta["triton"],
+        "date": meta["date"], "rows": len(rows), "seeds": sorted({r.get("seed") for r in rows}, key=str),
+        "key": "width/layout/alignment/M bucket/N bucket/K bucket (shape_class in bench/shapes.py)",
+        "verdict": " ".join(verdict.__doc__.split()),
+        "classes": classes,
+    }  # fmt: skip
+    import json
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "shapes-classes.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return classes
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", choices=["random", "models", "all", "none"], default="random",
+                   help="'none' with --tf32: the TF32 row alone")  # fmt: skip
+    p.add_argument("--seed", type=int, default=None, help="repeat a run's shapes (default: a new seed)")
+    p.add_argument("--n", type=int, default=200, help="random suite: shapes drawn (default 200)")
+    p.add_argument("--limit", type=int, default=240, help="models suite: shapes sampled per run (0: all)")
+    p.add_argument("--tf32", action="store_true", help="also fp32 with TF32, row-major B, 4096^3 (target >= 0.90)")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: a dry run through Triton's interpreter on tiny shapes (the logic, not the numbers)")
+    p.add_argument("--list", action="store_true", help="print the shapes and exit (no GPU needed)")
+    p.add_argument("--classes-from", metavar="JSONL", default=None,
+                   help="only rewrite <out>/shapes-classes.json from this file's rows at its last row's GPU and "
+                        "commit (no GPU needed), e.g. after appending a device run's rows to bench/results")  # fmt: skip
+    add_common_args(p, "shapes.jsonl, and shapes-classes.json rewritten", jobs=True)
+    args = p.parse_args(argv)
+    if args.classes_from:
+        classes = write_classes(pathlib.Path(args.classes_from), pathlib.Path(args.out))
+        print(f"{len(classes)} classes -> {pathlib.Path(args.out) / 'shapes-classes.json'}")
+        return
+
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    cpu = args.device == "cpu"
+    todo: list[dict] = []
+    if args.suite in ("random", "all"):
+        caps = dict(flop_cap=2**21, byte_cap=2**18, m_range=(1, 48), nk_range=(16, 96)) if cpu else {}
+        todo += [dict(s, suite="random", seed=seed) for s in random_shapes(args.n, seed, **caps)]
+    if args.suite in ("models", "all"):
+        shapes = model_shapes()
+        total = len(shapes)
+        if args.limit and args.limit < total:
+            shapes = random.Random(seed).sample(shapes, args.limit)
+        if cpu:  # the same structure, sizes scaled to what the interpreter runs in seconds
+            shapes = [dict(s, M=min(s["M"], 33), N=max(16, s["N"] // 128), K=max(16, s["K"] // 128)) for s in shapes]
+        todo += [dict(s, suite="models", seed=seed) for s in sorted(shapes, key=lambda s: (s["M"], s["N"], s["K"]))]
+        print(f"models: {len(shapes)} of {total} distinct shapes (sample seed {seed})", flush=True)
+    if args.tf32:
+        n = 64 if cpu else 4096
+        todo.append(dict(M=n, N=n, K=n, dtype="tf32", layout="row", suite="tf32", seed=None))
+    if args.list:
+        for s in todo:
+            print(s)
+        return
+    if not cpu:
+        require_cuda("shapes.py")
+    print(f"seed {seed}: {len(todo)} shapes", flush=True)
+
+    import inductor_mm_plugin  # noqa: F401  (registers the ops)
+
+    rt = plugin_runtime()
+    meta = run_meta(args.commit)
+    print(header(meta), flush=True)
+    if not cpu:
+        errors = [e for e in precompile(todo, _compile_shape, args.jobs) if e]
+        for e in errors[:10]:
+            print("  compile error:", e, flush=True)
+    out_dir = pathlib.Path(args.out)
+    results, t0 = [], time.time()
+    for i, shape in enumerate(todo):
+        torch.manual_seed(seed + i)
+        try:
+            row = bench_shape(shape, rt, args.rounds, args.device)
+        except Exception as e:  # noqa: BLE001 (one shape's failure is a row, not the end of the run)
+            row = dict(shape, err=f"{type(e).__name__}: {str(e)[:300]}", ratio=None)
+        row["suite"], row["seed"] = shape["suite"], shape["seed"]
+        results.append(row)
+        append_jsonl(out_dir / "shapes.jsonl", [row], meta)  # each row at once: a run cut short keeps them
+        ratio = f"{row['ratio']:.3f}" if row.get("ratio") else "  -  "
+        print(f"[{i + 1:3d}/{len(todo)}] {row['suite']:6s} {row['M']:5d}x{row['N']:5d}x{row['K']:5d} {row['dtype']} "
+              f"{row['layout']:6s} ratio {ratio} {row.get('timing', '')} [{row.get('config')}]"
+              + (f"  ERROR {row['err']}" if row.get("err") else ""), flush=True)  # fmt: skip
+        if not cpu:
+            torch.cuda.empty_cache()
+    print(f"timed {len(todo)} shapes in {time.time() - t0:.0f}s", flush=True)
+    classes = write_classes(out_dir / "shapes.jsonl", out_dir, meta)
+    losing = {k: v for k, v in classes.items() if v["verdict"] == "stock"}
+    print(f"\nshape classes with rows at this commit: {len(classes)}; verdict 'stock' (kernel loses): {len(losing)}")
+    for k, v in sorted(losing.items(), key=lambda kv: kv[1]["geomean"])[:15]:
+        print(f"  {k:48s} n={v['n']:3d} geomean {v['geomean']:.3f} min {v['min']:.3f}  worst {v['worst']}")
+    print()
+    for suite in ("random", "models", "tf32"):
+        rows = [r for r in results if r["suite"] == suite]
+        if rows:
+            print(report(rows, suite))
+    print(f"\n{header(meta)}; seed {seed}; rows appended to {out_dir / 'shapes.jsonl'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The bench scripts' logic on the CPU: shape draws and classes (shapes.py), a wrong result
+kept out of the timing, two versions of the package in one process (ab.py), the model
+clients (models.py). No timing is checked here, only the bookkeeping around it."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import _timing  # noqa: E402
+import shapes  # noqa: E402
+
+
+def test_random_shapes_follow_the_seed_and_the_caps():
+    drawn = shapes.random_shapes(200, seed=1234)
+    assert drawn == shapes.random_shapes(200, seed=1234)
+    assert drawn != shapes.random_shapes(200, seed=1235)
+    keys = {(s["M"], s["N"], s["K"], s["dtype"], s["layout"]) for s in drawn}
+    assert len(keys) == 200
+    for s in drawn:
+        assert 1 <= s["M"] <= 16384 and 64 <= s["N"] <= 32768 and 64 <= s["K"] <= 32768
+        flops, nbytes = shapes.flops_bytes(s["M"], s["N"], s["K"])
+        assert flops <= shapes.FLOP_CAP and nbytes <= shapes.BYTE_CAP
+    assert {s["dtype"] for s in drawn} == {"bf16", "fp16"} and {s["layout"] for s in drawn} == {"row", "linear"}
+    sizes = [s[k] for s in drawn for k in "MNK" if s[k] >= 8]
+    assert 0.15 < sum(x % 8 != 0 for x in sizes) / len(sizes) < 0.35  # about a quarter not multiples of 8
+
+
+def test_model_shapes_are_distinct_and_sliced_by_tensor_parallelism():
+    table = shapes.model_shapes()
+    keys = [(s["M"], s["N"], s["K"], s["layout"]) for s in table]
+    assert len(keys) == len(set(keys))
+    assert (1, 4096, 4096, "linear") in keys  # Llama-3 8B q_proj at M = 1
+    assert (8192, 14336 // 8, 4096, "linear") in keys  # column-parallel gate_proj, tp 8
+    assert (8192, 8192, 28672 // 8, "linear") in keys  # row-parallel down_proj of the 70B, tp 8
+    assert (197 * 64, 3072, 768, "linear") in keys  # ViT-B fc1 on 64 images
+    assert (512, 4800, 1600, "row") in keys  # GPT-2 XL's Conv1D c_attn: a row-major B
+    assert (2048, 128, 4096, "linear") in keys  # one KV head per rank at tp 8 (8 KV heads)
+
+
+def test_shape_class_and_verdict():
+    assert shapes.shape_class(1, 4096, 4096, "bf16", "linear", True) == "16bit/linear/aligned/M1/N1025-4096/K1025-4096"
+    assert shapes.shape_class(5000, 100, 20000, "fp16", "row", False) == "16bit/row/unaligned/M>4096/N1-1024/K>4096"
+    assert shapes.shape_class(4096, 4096, 4096, "tf32", "row", True).startswith("fp32/")
+    assert shapes.is_aligned(4096, 4096, "bf16") and not shapes.is_aligned(4095, 4096, "bf16")
+    assert shapes.verdict([1.1, 1.0]) == "few"
+    assert shapes.verdict([1.05, 1.0, 0.98]) == "plugin"
+    assert shapes.verdict([0.9, 0.95, 0.96]) == "stock"
+    assert shapes.verdict([1.0, 0.99, 0.97]) == "close"
+    rows = [dict(M=1, N=64, K=64, dtype="bf16", layout="row", shape_class="c", ratio=r) for r in (0.8, 1.0, 1.2)]
+    summary = shapes.class_summary(rows + [dict(rows[0], ratio=None, err="wrong")])
+    assert summary["c"]["n"] == 3 and summary["c"]["min"] == 0.8 and summary["c"]["verdict"] == "stock"
+
+
+def test_a_wrong_result_is_reported_and_not_timed():
+    import inductor_mm_plugin  # noqa: F401
+
+    real = _timing.plugin_runtime()
+
+    class Corrupting:
+        def launch(self, a, b, out, *args, **kwargs):
+            plan = real.launch(a, b, out, *args, **kwargs)
+            out[-1, -1] += 100  # one wrong element
+            return plan
+
+    row = shapes.bench_shape(dict(M=8, N=16, K=16, dtype="bf16", layout="linear"), Corrupting(), 1, "cpu")
+    assert row["err"] and row["ratio"] is None and row["plugin_ms"] is None
+    good = shapes.bench_shape(dict(M=8, N=16, K=16, dtype="bf16", layout="linear"), real, 1, "cpu")
+    assert "err" not in good and good["ratio"] > 0 and len(good["ratio_rounds"]) == 1
+
+
+def test_check_rows_cover_every_block_edge():
+    assert _timing.check_rows(300) is None
+    rows = _timing.check_rows(16384)
+    assert len(rows) <= 400 and rows[0] == 0 and rows[-1] == 16383
+    assert _timing.percentile([1, 2, 3, 4, 5], 50) == 3 and _timing.percentile([1.0, 2.0], 10) == pytest.approx(1.1)
+    assert _timing.rotation(1) == 64 and _timing.rotation(10 * _timing.L2_BYTES) == 1
+
+
+def test_ab_loads_a_second_version_under_its_own_name(tmp_path):
+    import ab
+
+    import inductor_mm_plugin  # noqa: F401
+
+    if subprocess.run(["git", "-C", str(BENCH), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("needs the repository's git history")
+    snapshot = tmp_path / "snap"
+    ab.export("HEAD", snapshot)
+    base, label = ab.load_version(str(snapshot), "inductor_mm_plugin_testbase", tmp_path)
+    assert label and base.__name__ == "inductor_mm_plugin_testbase"
+    a, b = torch.randn(8, 24), torch.randn(24, 16)
+    out = torch.ops.inductor_mm_plugin_testbase.mm(a, b)
+    assert _timing.matmul_error(out, a, b) is None
+    assert _timing.plugin_runtime(base).chosen_config(a, b) is not None  # its own launch plans
+
+
+def test_models_tiny_client_builds_and_reports():
+    pytest.importorskip("transformers")
+    import models
+
+    client = models.Client("llama-decode", "cpu", tiny=True)
+    step = client.arm(lambda m: m)  # eager: the step, not a compile
+    ref = client.reference()
+    first, again = step(), step()
+    assert torch.equal(first, again)  # the decode step rewinds its cache: the same work every call
+    assert models.relative_error(first, ref) < 0.05
+    rows = [dict(model="m", workload="decode", arm="stock", ms=2.0, speedup=1.0, ratio_spread="", compile_s=10.0,
+                 err=1e-3, routed_sites=0, sites=0, cudagraphs=True),
+            dict(model="m", workload="decode", arm="plugin", ms=1.0, speedup=2.0, ratio_spread="1.9-2.1", compile_s=20.0,
+                 err=1e-3, routed_sites=3, sites=3, cudagraphs=True)]  # fmt: skip
+    text = models.table(rows)
+    assert "geomean 2.000" in text and "compile time at most 2.00x" in text and "MISSED" in text
