@@ -1,12 +1,13 @@
-"""``python -m inductor_mm_plugin compare FILE.py:FACTORY`` — the A/B comparison from a shell.
+"""``inductor-mm-plugin compare FILE.py:FACTORY`` (or ``python -m inductor_mm_plugin compare ...``):
+the A/B comparison from a shell.
 
 FACTORY (in a file, or ``package.module:FACTORY``) is a function returning
 ``(model, example_inputs)``. On a machine without CUDA the command re-runs itself once with
 TRITON_INTERPRET=1, which must be set before the plugin's kernels are defined.
 
-Exit status: 0 done (numerics may still have failed unless --strict), 1 a numerics failure
-with --strict, 2 the comparison could not be made (bad target, failing factory, a model
-without matmuls or that does not compile).
+Everything that can be checked without the model is checked before anything compiles: the
+``--select`` value, each ``--option`` key and value, and that each output path can be
+written (and matplotlib for ``--plot``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ import os
 import pathlib
 import sys
 
-EXIT_NUMERICS, EXIT_ERROR = 1, 2
+EXIT_OK, EXIT_NUMERICS, EXIT_ERROR = 0, 1, 2
+
+EXIT_CODES = """exit status:
+  0  the comparison ran (and with --strict, its numerics passed)
+  1  the numerics failed, with --strict
+  2  usage error (bad arguments, --select or --option values, an output path that cannot be
+     written; checked before anything compiles), or the comparison could not be made (a
+     target that does not load, a failing factory, a model without matmuls or that does not
+     compile or run)
+"""
 
 
 def _fail(message: str) -> int:
@@ -56,12 +66,32 @@ def _parse_value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
+def _prog() -> str:
+    """How the user ran the command, for usage lines: the console script or ``python -m``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "inductor-mm-plugin" if name.startswith("inductor-mm-plugin") else "python -m inductor_mm_plugin"
+
+
+def _version() -> str:
+    import torch
+    import triton
+
+    from . import __version__
+
+    return f"inductor_mm_plugin {__version__} (torch {torch.__version__}, triton {triton.__version__})"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m inductor_mm_plugin", description="inductor_mm_plugin tools")
+    from .inductor.selection import SELECT_MODES
+
+    p = argparse.ArgumentParser(prog=_prog(), description="inductor_mm_plugin tools", epilog=EXIT_CODES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("compare", help="A/B: the plugin against stock Inductor on the same captured graphs")
+    c = sub.add_parser("compare", help="A/B: the plugin against stock Inductor on the same captured graphs",
+                       epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     c.add_argument("target", help="FILE.py:FACTORY or package.module:FACTORY returning (model, example_inputs)")
-    c.add_argument("--select", default=None, help="auto (default), all or opted_in")
+    c.add_argument("--select", default=None, choices=SELECT_MODES, help="which matmuls are routed (default: auto)")
     competing = c.add_mutually_exclusive_group()
     competing.add_argument("--compete", action="store_const", const=True, dest="compete",
                            help="let Inductor pick plugin or aten at every routed site (default: on CUDA, "
@@ -82,9 +112,75 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class UsageError(ValueError):
+    """A command line that cannot work, found before anything compiles."""
+
+
+def check_output_path(flag: str, path: str) -> None:
+    """Raise UsageError unless ``path`` can be written: its folder exists, it is not a folder,
+    and a file can be created there (tried, then removed: permissions alone do not tell,
+    e.g. for root or on a read-only file system)."""
+    target = pathlib.Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory")
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {path}: no such directory: {folder}")
+    existed = target.exists()
+    try:
+        with open(target, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot be written: {e.strerror or e}") from None
+    if not existed:
+        target.unlink()
+
+
+def check_options(items: list[str], select: str | None, compete: bool | None) -> dict:
+    """``--select``, ``--compete`` and the ``--option KEY=VALUE`` items as one validated
+    options dict: unknown keys, bad plugin values and values of the wrong type for an
+    Inductor config key raise UsageError."""
+    from .inductor import compat
+    from .inductor.options import split_options
+
+    options = {}
+    if select:
+        options["select"] = select
+    if compete is not None:
+        options["compete"] = compete
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"--option expects KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        options[key] = _parse_value(value)
+    defaults = compat.inductor_config.get_config_copy()
+    try:
+        _, inductor = split_options(options, set(defaults))
+    except (ValueError, TypeError) as e:
+        raise UsageError(str(e).removeprefix("inductor_mm_plugin: ")) from None
+    for key, value in inductor.items():
+        default = defaults[key]
+        kinds = (bool,) if isinstance(default, bool) else (int,) if isinstance(default, int) else \
+            (int, float) if isinstance(default, float) else (str,) if isinstance(default, str) else None  # fmt: skip
+        if kinds is not None and (not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool))):
+            expected = " or ".join(k.__name__ for k in kinds)
+            raise UsageError(f"--option {key}: expected a {expected} (the default is {default!r}), got {value!r}")
+    return options
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+
+    try:
+        options = check_options(args.option, args.select, args.compete)
+        for flag in ("json", "markdown", "plot"):
+            if getattr(args, flag):
+                check_output_path(f"--{flag}", getattr(args, flag))
+        if args.plot and importlib.util.find_spec("matplotlib") is None:
+            raise UsageError("--plot needs matplotlib: pip install matplotlib")
+    except UsageError as e:
+        return _fail(str(e))
 
     import torch
 
@@ -96,17 +192,6 @@ def main(argv=None) -> int:
         os.execve(sys.executable, [sys.executable, "-m", "inductor_mm_plugin", *argv], env)
 
     from .comparison import CompareError, compare
-
-    options = {}
-    if args.select:
-        options["select"] = args.select
-    if args.compete is not None:
-        options["compete"] = args.compete
-    for item in args.option:
-        if "=" not in item:
-            return _fail(f"--option expects KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        options[key] = _parse_value(value)
 
     try:
         factory = load_factory(args.target)
@@ -125,16 +210,16 @@ def main(argv=None) -> int:
         return _fail(str(e))
 
     print(report)
-    if args.json:
-        report.to_json(args.json)
-    if args.markdown:
-        pathlib.Path(args.markdown).write_text(report.to_markdown())
-    if args.plot:
-        try:
+    try:
+        if args.json:
+            report.to_json(args.json)
+        if args.markdown:
+            pathlib.Path(args.markdown).write_text(report.to_markdown())
+        if args.plot:
             report.plot(args.plot)
-        except CompareError as e:
-            return _fail(str(e))
+    except (CompareError, OSError) as e:
+        return _fail(f"writing the report failed: {e}")
     if args.strict and not report.ok:
         print("inductor_mm_plugin compare: numerics FAILED (--strict)", file=sys.stderr)
         return EXIT_NUMERICS
-    return 0
+    return EXIT_OK

@@ -1,4 +1,5 @@
-"""The case matrix shared by the op tests: shapes, dtypes, layouts, bias shapes."""
+"""The case matrix shared by the op and kernel tests: shapes, dtypes, layouts, bias shapes; the
+operands and NaN-poisoned outputs built from it; a launch plan's kernel arguments by name."""
 
 import itertools
 
@@ -43,3 +44,13 @@ def operand(rows, cols, dtype, transposed=False, sliced=False, device=DEVICE):
 def bias_of(kind, M, N, dtype, device=DEVICE):
     shape = {"N": (N,), "1N": (1, N), "M1": (M, 1), "MN": (M, N), "scalar": ()}[kind]
     return randn(*shape, dtype=dtype, device=device)
+
+
+def poisoned(*shape, dtype, device=DEVICE):
+    """An output buffer full of NaN: an element the kernel does not write stays NaN and fails."""
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def kernel_args(plan, a, b, out, bias=None, alpha=1.0, beta=1.0) -> dict:
+    """What ``plan`` passes its kernel for this call, by the kernel's parameter names."""
+    return dict(zip(plan.kernel.arg_names, plan.args(a, b, out, bias, alpha, beta), strict=True))

@@ -4,6 +4,7 @@ TRITON_INTERPRET must be set before ``@triton.jit`` runs, i.e. before the packag
 imported, so it is set here, at collection, and never by the package itself.
 """
 
+import contextlib
 import os
 
 import pytest
@@ -31,3 +32,25 @@ def _fresh_seed():
     seed = int.from_bytes(os.urandom(4), "little")
     torch.manual_seed(seed)
     yield seed
+
+
+@contextlib.contextmanager
+def allow_tf32(enabled: bool):
+    """``torch.backends.cuda.matmul.allow_tf32`` set to ``enabled`` inside the block, the old
+    value restored after. Not ``monkeypatch.setattr``: torch serves the flag through
+    ``cuBLASModule.__getattr__``, so pytest 9 (which restores what the instance ``__dict__``
+    held) finds nothing to restore and deletes the attribute at teardown: AttributeError."""
+    matmul = torch.backends.cuda.matmul
+    old = matmul.allow_tf32
+    matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = old
+
+
+@pytest.fixture
+def tf32():
+    """TF32 on for the test (``allow_tf32(True)``)."""
+    with allow_tf32(True):
+        yield

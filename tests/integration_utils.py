@@ -14,8 +14,10 @@ PLUGIN_CALL = re.compile(r"extern_kernels\.inductor_mm_plugin_(mm|addmm|bmm|mm_s
 STOCK_CALL = re.compile(r"extern_kernels\.(mm|addmm|bmm|bias_addmm)\(")
 
 
-# The comment every plugin template kernel carries (inductor/template.py).
+# The comment every plugin template kernel carries (inductor/templates/__init__.py, prologue),
+# and the SwiGLU template's addition to it (inductor/templates/tma.py).
 TEMPLATE_MARKER = "inductor_mm_plugin template"
+SWIGLU_MARKER = "two weights (SwiGLU)"
 
 
 def kernels_of(codes):

@@ -231,6 +231,21 @@ def test_competing_sites_are_marked_in_the_tables():
     assert _routed(SiteResult(**site, routed=True, reason="", fused="swiglu")) == "yes, SwiGLU"
 
 
+def test_json_names_what_a_site_competes_with():
+    """The report's "compete" is the option's word ("all", "kernels"), as before the routing
+    pass typed it (inductor/decision.py's Compete)."""
+    from inductor_mm_plugin.comparison import _site_result
+    from inductor_mm_plugin.inductor.decision import Compete
+    from inductor_mm_plugin.inductor.routing import SiteRecord
+    from inductor_mm_plugin.inductor.selection import Site
+
+    site = Site(op="mm", module="down", module_type="Linear", phase="forward", shapes=((4, 32), (32, 16)),
+                dtypes=("bfloat16",) * 2, strides=((32, 1), (1, 32)), device="cuda", node="mm", opt=None)  # fmt: skip
+    for compete, word in ((Compete.ALL, "all"), (Compete.KERNELS, "kernels"), (None, None)):
+        result = _site_result(SiteRecord(site, routed=True, reason="", compete=compete))
+        assert json.loads(json.dumps(dataclasses.asdict(result), default=str))["compete"] == word
+
+
 def test_fused_sites_say_what_their_times_measure(mlp_report):
     """A SwiGLU site's row times the fused pair it belongs to; where that pair did not fuse
     alone, the plain kernel on its shapes, starred. Each case is said under both tables when

@@ -55,3 +55,17 @@ def test_private_torch_c_names_the_ops_layer_uses():
     assert callable(torch._C._AutoDispatchBelowAutograd)
     if torch.cuda.is_available():
         assert callable(torch._C._cuda_getCurrentRawStream)
+
+
+def test_private_apis_of_export_and_logging():
+    import collections
+    import inspect
+
+    # The C++ wrapper's fallback kernel (lowering.py).
+    assert callable(compat.fallback_handler) and "add_to_fallback_set" in inspect.signature(compat.fallback_handler).parameters
+    assert compat.cpp_wrapper() is False  # not inside a lowering
+    # Cached routing decisions (routing.py, backend.py): Inductor's counters, replayed on a
+    # cache hit, and compile_fx's inner compile.
+    assert isinstance(compat.counters["inductor"], collections.Counter)
+    assert "inner_compile" in inspect.signature(compat.compile_fx).parameters
+    assert callable(compat.compile_fx_inner)

@@ -123,9 +123,9 @@ def test_interpreter_defect_is_named_for_triton_36_with_numpy_24():
 
 
 def test_interpreter_defect_falls_back_to_aten(monkeypatch):
-    from inductor_mm_plugin.ops import matmul as impl
+    from inductor_mm_plugin.runtime import checks
 
-    monkeypatch.setattr(impl, "interpreter_defect", lambda: "a broken interpreter (stand-in)")
+    monkeypatch.setattr(checks, "interpreter_defect", lambda: "a broken interpreter (stand-in)")
     a, b = randn(9, 5, dtype=torch.float32), randn(5, 3, dtype=torch.float32)
     with pytest.warns(KernelFallbackWarning, match="a broken interpreter"):
         got = ops.mm(a, b)

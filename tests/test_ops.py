@@ -2,18 +2,14 @@
 
 import pytest
 import torch
-from cases import BIAS_SHAPES, DTYPES, LAYOUTS, SCALES, SHAPES, bias_of, operand, randn
-from conftest import DEVICE
+from cases import BIAS_SHAPES, DTYPES, LAYOUTS, SCALES, SHAPES, bias_of, operand, poisoned, randn
+from conftest import DEVICE, allow_tf32
 
 import inductor_mm_plugin  # noqa: F401  (registers the ops)
-from inductor_mm_plugin.ops.matmul import addmm_launch, bmm_launch, mm_launch
+from inductor_mm_plugin.runtime import addmm_launch, bmm_launch, mm_launch
 from inductor_mm_plugin.ops.reference import assert_matmul_close
 
 ops = torch.ops.inductor_mm_plugin
-
-
-def poisoned(*shape, dtype):
-    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
 
 
 @pytest.mark.parametrize("M,N,K", SHAPES)
@@ -107,24 +103,26 @@ def test_fp32_input_precision_follows_allow_tf32(monkeypatch):
     from inductor_mm_plugin.ops import matmul as impl
 
     monkeypatch.setattr(impl, "interpreting", lambda: False)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    assert impl.input_precision(torch.float32) == "tf32"
-    assert impl.input_precision(torch.bfloat16) == "ieee"
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    assert impl.input_precision(torch.float32) == "ieee"
+    before = torch.backends.cuda.matmul.allow_tf32
+    with allow_tf32(True):
+        assert impl.input_precision(torch.float32) == "tf32"
+        assert impl.input_precision(torch.bfloat16) == "ieee"
+    with allow_tf32(False):
+        assert impl.input_precision(torch.float32) == "ieee"
+    assert torch.backends.cuda.matmul.allow_tf32 == before
 
 
 @pytest.mark.gpu
-def test_fp32_honours_tf32_on_gpu(monkeypatch):
+def test_fp32_honours_tf32_on_gpu():
     from inductor_mm_plugin.ops.reference import matmul_reference
 
     a, b = randn(256, 1024, dtype=torch.float32), randn(1024, 192, dtype=torch.float32)
     ref = matmul_reference(a, b)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    ieee = ops.mm(a, b)
+    with allow_tf32(False):
+        ieee = ops.mm(a, b)
     assert_matmul_close(ieee, a, b)  # the IEEE bound: TF32 rounding would break it
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    tf32 = ops.mm(a, b)
+    with allow_tf32(True):
+        tf32 = ops.mm(a, b)
     assert_matmul_close(tf32, a, b, tf32=True)
     assert (tf32.double() - ref).abs().max() > 10 * (ieee.double() - ref).abs().max()
 
@@ -142,7 +140,7 @@ def test_profiler_shows_the_triton_kernel():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_autotuned_path(dtype):
-    from inductor_mm_plugin.ops.matmul import set_autotune
+    from inductor_mm_plugin.runtime import set_autotune
 
     old = set_autotune(True)
     try:

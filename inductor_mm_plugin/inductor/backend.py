@@ -21,7 +21,7 @@ from typing import Any
 from . import compat
 from .lowering import register_lowerings
 from .options import PLUGIN_KEYS, PluginOptions, split_options
-from .routing import RoutePass, _root_from_dynamo
+from .routing import RoutePass, _root_from_dynamo, reporting_cached_decisions
 from .selection import RootInfo
 
 
@@ -44,10 +44,20 @@ def config_patches(
     return {**inductor, compat.PASS_SLOT: _route_pass(plugin, inductor, root, label)}
 
 
+def _inner_compile(*args, **kwargs):
+    # Inductor's compile of one graph (a forward, or a backward compiled lazily at its first
+    # call), where a graph loaded from the FX graph cache reports its routing decisions.
+    with reporting_cached_decisions():
+        return compat.compile_fx_inner(*args, **kwargs)
+
+
 def backend(gm, example_inputs, *, mode: str | None = None, options: dict[str, Any] | None = None):
-    """The ``inductor_mm_plugin`` backend: stock Inductor plus the routing pass."""
+    """The ``inductor_mm_plugin`` backend: stock Inductor plus the routing pass. Graphs
+    loaded from Inductor's caches report the routing decisions they were compiled with
+    (``routing.reporting_cached_decisions``)."""
     patches = config_patches(options, mode, root=RootInfo.of(_root_from_dynamo()))
-    return compat.compile_fx(gm, example_inputs, config_patches=patches)
+    with reporting_cached_decisions():  # AOTAutograd's cache loads forward and backward here
+        return compat.compile_fx(gm, example_inputs, inner_compile=_inner_compile, config_patches=patches)
 
 
 def inductor_options(*, select="auto", compete: bool | str = "auto", **inductor_config: Any) -> dict[str, Any]:

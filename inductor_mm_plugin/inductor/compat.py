@@ -16,14 +16,15 @@ import contextlib
 from typing import Any
 
 import torch
+from torch._dynamo.utils import counters  # noqa: F401
 from torch._inductor import config as inductor_config  # noqa: F401
 from torch._inductor import list_mode_options  # noqa: F401
-from torch._inductor.compile_fx import compile_fx  # noqa: F401
+from torch._inductor.compile_fx import compile_fx, compile_fx_inner  # noqa: F401
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files  # noqa: F401
 from torch._inductor.kernel.bmm import aten_bmm  # noqa: F401
 from torch._inductor.kernel.mm import aten_addmm, aten_mm  # noqa: F401
 from torch._inductor.kernel.mm_common import addmm_epilogue, mm_args, mm_grid, persistent_mm_grid  # noqa: F401
-from torch._inductor.lowering import lowerings, register_lowering  # noqa: F401
+from torch._inductor.lowering import fallback_handler, lowerings, register_lowering  # noqa: F401
 from torch._inductor.select_algorithm import (  # noqa: F401
     ExternKernelChoice,
     TritonTemplate,
@@ -51,6 +52,19 @@ def current_fx_node() -> torch.fx.Node | None:
     """The FX node Inductor is lowering right now (its metadata carries the routing decision)."""
     graph = V.graph if V.graph is not None else None
     return getattr(graph, "current_node", None)
+
+
+def cpp_wrapper() -> bool:
+    """Whether the graph being lowered gets a C++ wrapper: ``cpp_wrapper=True``, and always
+    under AOTInductor (its AOT mode implies it)."""
+    return bool(V.graph is not None and getattr(V.graph, "cpp_wrapper", False))
+
+
+def fallback_lowering(op, *args, **kwargs):
+    """``op`` lowered as Inductor lowers a custom op it has no lowering for: a
+    ``FallbackKernel`` that calls the op itself (through the dispatcher from the Python or
+    C++ wrapper; through the proxy executor in an AOTInductor package)."""
+    return fallback_handler(op, add_to_fallback_set=False)(*args, **kwargs)
 
 
 def passes_in_slot(value: Any) -> list:

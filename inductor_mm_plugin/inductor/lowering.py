@@ -10,6 +10,15 @@ Inductor decides how each routed op runs, by the pass's ``RouteDecision`` (decis
 
 On the CPU (Triton's interpreter) only the extern kernel and aten exist.
 
+Under the C++ wrapper (``cpp_wrapper=True``, and AOTInductor, whose wrapper is always C++)
+the extern kernels cannot be called: they are Python functions, and Inductor asks an extern
+choice for a C++ name it does not have (a bare AssertionError in ``ir.get_kernel_name``).
+There a site lowers to its template where one applies (Triton, launched from C++ like any
+Inductor kernel), else to the op itself as a fallback kernel, which the C++ wrapper calls
+through the dispatcher and an AOTInductor package through its proxy executor: what Inductor
+does with a custom op that has no lowering, so registering these lowerings never breaks a
+compile that worked without them.
+
 Registration is lazy (``register_lowerings()``, called by the backend and by
 ``inductor_options``) and idempotent. The extern choices are created when this module is
 imported: ``ExternKernelChoice`` asserts on duplicate names, and a graph loaded from
@@ -18,6 +27,8 @@ names must exist before any compiled plugin graph runs.
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 
@@ -28,6 +39,7 @@ from .decision import Compete
 from .templates import pointer, tma, usable
 
 plugin_ops = torch.ops.inductor_mm_plugin
+log = logging.getLogger(__name__)
 
 
 # The extern kernels: Inductor allocates ``out`` with the layout it planned and passes it in.
@@ -104,14 +116,24 @@ def _scale_epilogue(dtype, alpha):
     return epilogue
 
 
-def _mm_like(name, extern, aten_choice, a, b, layout, m, n, k, bias=None, alpha=1, beta=1):
+def _as_fallback(op, *args, **kwargs):
+    """The op as a fallback kernel: what the C++ wrapper can call where no template applies."""
+    log.info("%s: the C++ wrapper cannot call the plugin's extern kernel; lowered as a fallback kernel "
+             "that calls the op (%s)", decision.current().site or op, op)  # fmt: skip
+    return compat.fallback_lowering(op, *args, **kwargs)
+
+
+def _mm_like(name, extern, aten_choice, a, b, layout, m, n, k, bias=None, alpha=1, beta=1, fallback=None):
     routed = decision.current()
     nodes = [bias, a, b] if bias is not None else [a, b]
     scalars = {"beta": beta, "alpha": alpha} if bias is not None else {}
     choices = []
     if usable(layout) and (routed.compete is Compete.ALL or (routed.epilogue and routed.compete is None)):
         _template_choices(choices, a, b, nodes, layout, m, n, k, bias, alpha, beta, routed.compete is Compete.ALL)
-    if routed.compete or not choices:
+    if compat.cpp_wrapper():
+        if not choices:
+            return fallback()
+    elif routed.compete or not choices:
         choices.append(extern.bind(tuple(nodes), layout, **scalars))
     if routed.compete:
         choices.append(aten_choice.bind(tuple(nodes), layout, **scalars))
@@ -119,17 +141,22 @@ def _mm_like(name, extern, aten_choice, a, b, layout, m, n, k, bias=None, alpha=
 
 
 def lower_mm(a, b):
+    fallback = lambda: _as_fallback(plugin_ops.mm.default, a, b)  # noqa: E731
     m, n, k, layout, a, b = compat.mm_args(a, b)
-    return _mm_like("inductor_mm_plugin_mm", plugin_mm_choice, compat.aten_mm, a, b, layout, m, n, k)
+    return _mm_like("inductor_mm_plugin_mm", plugin_mm_choice, compat.aten_mm, a, b, layout, m, n, k,
+                    fallback=fallback)  # fmt: skip
 
 
 def lower_addmm(bias, a, b, *, beta=1, alpha=1):
+    fallback = lambda: _as_fallback(plugin_ops.addmm.default, bias, a, b, beta=beta, alpha=alpha)  # noqa: E731
     m, n, k, layout, a, b, bias = compat.mm_args(a, b, bias)
     return _mm_like("inductor_mm_plugin_addmm", plugin_addmm_choice, compat.aten_addmm, a, b, layout, m, n, k,
-                    bias=bias, alpha=alpha, beta=beta)  # fmt: skip
+                    bias=bias, alpha=alpha, beta=beta, fallback=fallback)  # fmt: skip
 
 
 def lower_bmm(a, b):
+    if compat.cpp_wrapper():  # bmm has no template
+        return _as_fallback(plugin_ops.bmm.default, a, b)
     _, _, _, layout, a, b = compat.mm_args(a, b)
     choices = [plugin_bmm_choice.bind((a, b), layout)]
     if decision.current().compete:
@@ -141,13 +168,17 @@ def lower_mm_swiglu(x, w_gate, w_up):
     """Both matmuls and the product in the SwiGLU template where it applies (CUDA, fp16/bf16,
     TMA-readable static operands); otherwise, and also when the site competes, the extern
     op (the plugin's two matmul kernels, then the product)."""
+    fallback = lambda: _as_fallback(plugin_ops.mm_swiglu.default, x, w_gate, w_up)  # noqa: E731
     _, _, _, layout, x, w_gate = compat.mm_args(x, w_gate)
     _, _, _, _, x, w_up = compat.mm_args(x, w_up)
     compete = decision.current().compete is not None
     choices = []
     if tma.swiglu_applies(x, w_gate, w_up, layout):
         tma.append_swiglu_choices(choices, x, w_gate, w_up, layout, compete=compete)
-    if compete or not choices:
+    if compat.cpp_wrapper():
+        if not choices:
+            return fallback()
+    elif compete or not choices:
         choices.append(plugin_mm_swiglu_choice.bind((x, w_gate, w_up), layout))
     return compat.select_algorithm("inductor_mm_plugin_mm_swiglu", choices, [x, w_gate, w_up], layout)
 

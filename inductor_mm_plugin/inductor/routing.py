@@ -6,6 +6,19 @@ A pass the user already put in that slot runs first (torch 2.11 holds one object
 With ``fuse_swiglu`` on, SwiGLU's two input matmuls become one ``mm_swiglu`` node instead
 (``swiglu_pattern.py``).
 
+Logs: each decision goes to this module's logger, ``inductor_mm_plugin.inductor.routing``.
+Torch's logging system takes module names, so ``TORCH_LOGS="+inductor_mm_plugin"`` (all the
+package's logs), ``TORCH_LOGS="+inductor_mm_plugin.inductor.routing"`` (this one) and
+``torch._logging.set_logs(modules={"inductor_mm_plugin": logging.INFO})`` show them. The
+plugin registers no log alias with torch: TORCH_LOGS is parsed when torch is imported,
+before any plugin code can register one, and a registered log is reset (no propagation to
+the root logger) by every later ``set_logs`` call.
+On a cache hit (Inductor's FX graph cache or AOTAutograd's) the pass does not run, so each
+decision is also counted in ``counters["inductor"]`` under ``DECISION_PREFIX``: Inductor
+stores those counts with the compiled graph (``CompiledFxGraph.counter_deltas``) and adds
+them back when it loads the graph from either cache. ``reporting_cached_decisions`` (the
+plugin backend wraps every compile in it) logs the decisions that came back that way.
+
 Cache correctness: Inductor's FX graph cache keys on the graph and on this pass's ``uuid()``,
 never on node metadata, where the module markers are read from. So ``uuid()`` covers the
 plugin's source and version, the options, the root module's marker, every marked class,
@@ -15,6 +28,7 @@ a uuid, makes it return None, which tells Inductor not to cache.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -45,7 +59,7 @@ from .selection import (
     marked_classes_fingerprint,
 )
 
-log = logging.getLogger("inductor_mm_plugin.routing")
+log = logging.getLogger(__name__)  # "inductor_mm_plugin.inductor.routing": a module name TORCH_LOGS accepts
 
 PLUGIN_OPS = {
     "mm": torch.ops.inductor_mm_plugin.mm.default,
@@ -85,6 +99,40 @@ def record_sites() -> Iterator[list[SiteRecord]]:
         yield records
     finally:
         _listeners.remove(records.append)
+
+
+# Each decision's log line, counted in Inductor's counters (see the module docstring).
+DECISION_PREFIX = "inductor_mm_plugin.routing: "
+_from_the_pass: collections.Counter = collections.Counter()  # what the pass itself counted (never cleared)
+
+
+def _decided(message: str, *args) -> None:
+    """Log one site's decision and count it where a cached graph keeps it."""
+    text = message % args
+    log.info("%s", text)
+    compat.counters["inductor"][DECISION_PREFIX + text] += 1
+    _from_the_pass[text] += 1
+
+
+def _decision_counts() -> collections.Counter:
+    return collections.Counter({key[len(DECISION_PREFIX):]: n for key, n in compat.counters["inductor"].items()
+                                if key.startswith(DECISION_PREFIX)})  # fmt: skip
+
+
+@contextlib.contextmanager
+def reporting_cached_decisions() -> Iterator[None]:
+    """Log the decisions of graphs that Inductor loads from its caches inside the block
+    (counted back by the cache, not by the pass), marked as such. Nested blocks report each
+    decision once."""
+    counts, own = _decision_counts(), _from_the_pass.copy()
+    try:
+        yield
+    finally:
+        replayed = (_decision_counts() - counts) - (_from_the_pass - own)
+        for text, n in replayed.items():
+            for _ in range(n):
+                log.info("%s (graph loaded from Inductor's cache)", text)
+        _from_the_pass.update(replayed)  # an enclosing block must not report them again
 
 
 def _package_source_hash() -> str:
@@ -183,7 +231,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
             if gate not in done:  # the pair's first site in graph order rewrites both
                 fuse_swiglu(graph, gate, up, product, site_of[gate], compete)
                 done.add(gate)
-            log.info("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
+            _decided("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
                      "inductor_mm_plugin::mm_swiglu", site)  # fmt: skip
         elif routed:
             if options.plan is not None:
@@ -199,11 +247,11 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
                 compete = Compete.ALL if options.compete is True and options.plan is None else None
                 _replace(graph, node, site, compete, epilogue)
                 why = f"; {measured.describe()}" if measured else "; competes with aten (compete=True)" if compete else ""
-                log.info("routed %s%s", site, why)
+                _decided("routed %s%s", site, why)
             else:
-                log.info("not routed %s: %s", site, reason)
+                _decided("not routed %s: %s", site, reason)
         else:
-            log.info("not routed %s: %s", site, reason)
+            _decided("not routed %s: %s", site, reason)
         record = SiteRecord(site, routed, reason, label, compete, "swiglu" if node in fused else None, measured)
         records.append(record)
         for listener in list(_listeners):

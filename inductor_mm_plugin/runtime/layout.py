@@ -14,6 +14,7 @@ import torch
 
 from ..configs import MatmulConfig, Problem, batch_fits
 from ..kernels.matmul import interpreting
+from . import device as _device
 from .device import num_sms
 
 _TMA_ALIGN = 16  # bytes: TMA descriptors need 16-byte aligned bases and leading strides
@@ -98,6 +99,8 @@ def tf32_a_from_registers(a_kmajor: bool, b_kmajor: bool, precision: str) -> boo
 
 def tma_layout(a, b, out) -> TmaLayout | None:
     """How the TMA kernel reads this call, or None when it cannot."""
+    if _device.no_tma_reason(a.device) is not None:
+        return None
     operands = _tma_operands(a, b, a.data_ptr(), b.data_ptr())
     if operands is None:
         return None
@@ -111,10 +114,14 @@ def tma_layout(a, b, out) -> TmaLayout | None:
 
 def pointer_kernel_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
     """Why operands laid out like ``a`` and ``b`` would take the pointer kernel rather than
-    the TMA kernel, or None. Judged from shapes, strides and storage offsets alone, so it
-    works on fake tensors too (allocations themselves are assumed 16-byte aligned, as
-    torch's allocators make them); the same rules as ``tma_layout`` and ``batch_fits``.
+    the TMA kernel, or None. Judged from the device, shapes, strides and storage offsets
+    alone, so it works on fake tensors too (allocations themselves are assumed 16-byte
+    aligned, as torch's allocators make them); the same rules as ``tma_layout`` and
+    ``batch_fits``.
     """
+    no_tma = _device.no_tma_reason(a.device)
+    if no_tma is not None:
+        return no_tma
     offset = lambda t: t.storage_offset() * t.element_size()  # noqa: E731
     operands = _tma_operands(a, b, offset(a), offset(b))
     if operands is None:

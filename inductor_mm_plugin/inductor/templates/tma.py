@@ -28,6 +28,7 @@ import torch
 
 from ...configs import templates as template_configs
 from ...runtime import input_precision
+from ...runtime.device import no_tma_reason
 from .. import compat
 from . import config_kwargs, known_equal, num_sms, prologue, static, template, usable
 
@@ -142,9 +143,14 @@ def _kwargs(cfg, a_kmajor: bool, b_kmajor: bool, programs: int, dtype, has_bias=
             "INPUT_PRECISION": repr(input_precision(dtype))}  # fmt: skip
 
 
-def applies(a, b) -> bool:
-    """Static sizes and strides, operands TMA can read."""
-    return static(a) and static(b) and compat.can_use_tma(a, b)
+def applies(layout, *nodes) -> bool:
+    """Whether the TMA templates can read these IR operands: a GPU with TMA (sm_90 and
+    later; an Ampere GPU takes the pointer template), static sizes and strides (a descriptor
+    built for one shape's strides must not be reused for another's), and 16-byte alignment
+    (Inductor's own ``can_use_tma``)."""
+    if no_tma_reason(layout.device) is not None:
+        return False
+    return all(static(t) for t in nodes) and compat.can_use_tma(*nodes)
 
 
 def append_choices(choices: list, a, b, nodes, layout, hints, extra: dict, *, linear_bias=False,
@@ -172,7 +178,7 @@ def swiglu_applies(x, w_gate, w_up, layout) -> bool:
     and strides, TMA-readable, both weights in the same storage order."""
     if not usable(layout) or layout.dtype not in (torch.float16, torch.bfloat16):
         return False
-    if not all(static(t) for t in (x, w_gate, w_up)) or not compat.can_use_tma(x, w_gate, w_up):
+    if not applies(layout, x, w_gate, w_up):
         return False
     return known_equal(w_gate.get_stride()[0], 1) == known_equal(w_up.get_stride()[0], 1)
 

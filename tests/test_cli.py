@@ -1,0 +1,134 @@
+"""The command line: the console script, --version, exit codes, and every check that must
+come before anything compiles (output paths, --select, --option keys and values).
+
+The end-to-end runs and the factory errors are in tests/test_compare.py.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import inductor_mm_plugin
+from inductor_mm_plugin import cli
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+TARGET = f"{EXAMPLES}/mlp.py:make"
+
+
+@pytest.fixture
+def no_compare(monkeypatch):
+    """compare replaced by a stub that fails the test: the command must stop before it."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("compare ran: the command line should have been rejected first")
+
+    monkeypatch.setattr("inductor_mm_plugin.compare.compare", must_not_run)
+
+
+class _Report:
+    ok = True
+
+    def __str__(self):
+        return "verdict: PASS"
+
+    def to_json(self, path):
+        raise OSError(28, "No space left on device")
+
+
+def test_console_script_and_module_print_the_version():
+    script = pathlib.Path(sys.executable).parent / "inductor-mm-plugin"
+    assert script.exists(), "the console script is not installed: pip install -e ."
+    for command in ([str(script)], [sys.executable, "-m", "inductor_mm_plugin"]):
+        res = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.startswith(f"inductor_mm_plugin {inductor_mm_plugin.__version__} (torch ")
+
+
+def test_help_documents_the_exit_codes(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["compare", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "exit status:" in out and "1  the numerics failed" in out and "2  usage error" in out
+
+
+def _unwritable_cases(tmp_path):
+    a_file = tmp_path / "a_file.txt"
+    a_file.write_text("")
+    cases = [
+        (str(tmp_path / "missing" / "ab.json"), "no such directory"),
+        (str(tmp_path), "is a directory"),
+        (str(a_file / "ab.json"), "no such directory"),
+        ("/proc/inductor_mm_plugin_ab.json", "cannot be written"),  # not writable, not even by root
+    ]
+    if os.geteuid() != 0:  # root writes into a read-only folder anyway
+        readonly = tmp_path / "readonly"
+        readonly.mkdir(mode=0o555)
+        cases.append((str(readonly / "ab.json"), "cannot be written: Permission denied"))
+    return cases
+
+
+@pytest.mark.parametrize("flag", ["--json", "--markdown", "--plot"])
+def test_output_paths_are_checked_before_anything_compiles(no_compare, tmp_path, capsys, flag):
+    for path, message in _unwritable_cases(tmp_path):
+        assert cli.main(["compare", TARGET, "--quiet", flag, path]) == cli.EXIT_ERROR, path
+        err = capsys.readouterr().err
+        assert err.startswith(f"inductor_mm_plugin compare: error: {flag} {path}: {message}"), err
+        assert err.count("\n") == 1, err  # one line, no traceback
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_writable_path_is_left_as_it_was(monkeypatch, tmp_path):
+    monkeypatch.setattr("inductor_mm_plugin.compare.compare", lambda *a, **k: _Report())
+    path = tmp_path / "ab.json"
+    # The check creates the file to see that it can, and removes it again; writing the
+    # report then fails (the stub's to_json), as a full disk would: one line, exit 2.
+    assert cli.main(["compare", TARGET, "--quiet", "--json", str(path)]) == cli.EXIT_ERROR
+    assert not path.exists()
+
+
+def test_a_failing_write_after_the_comparison_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr("inductor_mm_plugin.compare.compare", lambda *a, **k: _Report())
+    assert cli.main(["compare", TARGET, "--quiet", "--json", str(tmp_path / "ab.json")]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err == "inductor_mm_plugin compare: error: writing the report failed: [Errno 28] No space left on device\n"
+
+
+def test_a_bad_select_is_a_usage_error(no_compare, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["compare", TARGET, "--select", "everything"])
+    assert exit_.value.code == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "argument --select: invalid choice: 'everything'" in err and "the model" not in err
+
+
+@pytest.mark.parametrize(
+    "option,message",
+    [
+        ("unknown=1", "unknown option 'unknown'. Valid keys: the plugin's 'select', 'compete', 'fuse_swiglu'"),
+        ("max_autotun=true", "Did you mean 'max_autotune'"),
+        ("select=everything", "select must be one of 'auto', 'all', 'opted_in'"),
+        ("compete=maybe", "compete must be True, False or 'auto', got 'maybe'"),
+        ("max_autotune=3", "--option max_autotune: expected a bool (the default is False), got 3"),
+        ("max_autotune", "--option expects KEY=VALUE, got 'max_autotune'"),
+    ],
+)
+def test_bad_options_are_usage_errors(no_compare, capsys, option, message):
+    assert cli.main(["compare", TARGET, "--quiet", "--option", option]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("inductor_mm_plugin compare: error: ") and message in err, err
+    assert err.count("\n") == 1, err
+
+
+def test_a_bad_option_fails_before_the_interpreter_rerun(tmp_path):
+    # Without TRITON_INTERPRET on a CPU machine the command re-runs itself; a usage error
+    # must come first, alone.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-m", "inductor_mm_plugin", "compare", TARGET, "--option", "unknown=1"],
+                         capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert res.returncode == cli.EXIT_ERROR
+    assert res.stderr.startswith("inductor_mm_plugin compare: error: unknown option 'unknown'"), res.stderr
+    assert "re-running" not in res.stderr and "Traceback" not in res.stderr

@@ -1,0 +1,279 @@
+"""configs/: which config the eager kernels run (heuristic, autotuning candidates), which the
+Inductor templates are offered, and the arithmetic both share (shared memory, split-K slices,
+the persistent kernel's program count, the JSON form the tuning cache stores).
+
+Pure arithmetic on shapes: no tensor, no kernel. What the configs compute is tested in
+test_kernel_tma.py and test_kernel_pointer.py.
+"""
+
+import dataclasses
+import itertools
+
+import pytest
+
+from inductor_mm_plugin.configs import (
+    SMEM_LIMIT_BYTES,
+    MatmulConfig,
+    Problem,
+    candidate_configs,
+    fits,
+    heuristic_config,
+    k_per_split,
+    persistent_programs,
+    smem_bytes,
+)
+from inductor_mm_plugin.configs import hopper
+from inductor_mm_plugin.configs.templates import (
+    SMEM_BUDGET,
+    pointer_template_configs,
+    swiglu_smem_bytes,
+    swiglu_template_configs,
+    template_programs,
+    tma_template_configs,
+)
+
+# ------------------------------------------------------------------- eager heuristic
+
+HEURISTIC_SHAPES = [
+    (1, 4096, 4096), (16, 14336, 4096), (64, 4096, 14336), (128, 14336, 4096), (768, 768, 768),
+    (1000, 1000, 1000), (2048, 4096, 4096), (8192, 28672, 4096), (2048, 2048, 32768), (1024, 1024, 65536),
+    (4097, 4095, 4096), (3, 5000, 300), (7, 7, 7),
+]  # fmt: skip
+
+
+def bf16(M, N, K, **kw):
+    """A bf16 problem the TMA kernel can take (the H200's 132 SMs unless ``num_sms`` says)."""
+    return Problem(M, N, K, 1, 2, "bfloat16", tma=True, **kw)
+
+
+@pytest.mark.parametrize("M,N,K", HEURISTIC_SHAPES)
+@pytest.mark.parametrize("elem,precision", [(2, "ieee"), (4, "tf32"), (4, "ieee")])
+@pytest.mark.parametrize("tma", [True, False])
+def test_heuristic_and_candidates_fit_shared_memory(M, N, K, elem, precision, tma):
+    p = Problem(M, N, K, 1, elem, {2: "bfloat16", 4: "float32"}[elem], tma=tma, precision=precision)
+    cfg = heuristic_config(p)
+    cfg.validate()
+    # fp32 without TF32 takes the pointer kernel even where TMA could read the operands.
+    assert cfg.kernel == ("tma" if tma and (elem == 2 or precision == "tf32") else "ptr")
+    assert smem_bytes(cfg, elem) <= SMEM_LIMIT_BYTES, cfg
+    cands = candidate_configs(p)
+    assert cands[0] == cfg and len(set(cands)) == len(cands)
+    for c in cands:
+        c.validate()
+        assert smem_bytes(c, elem) <= SMEM_LIMIT_BYTES, c
+        assert c.kernel == cfg.kernel
+        if c.split_k > 1:  # every slice has real K to read
+            assert k_per_split(K, c.block_k, c.split_k) * (c.split_k - 1) < K
+
+
+@pytest.mark.parametrize("b_kmajor,expected", [(False, MatmulConfig("ptr", 64, 128, 16, 8, 4, 6)),
+                                               (True, MatmulConfig("ptr", 64, 128, 32, 8, 8, 4))])  # fmt: skip
+def test_pointer_heuristic_for_element_loads_follows_b_layout(b_kmajor, expected):
+    """1531^3: no load wider than one element; the measured best config differs by B's layout."""
+    p = Problem(M=1531, N=1531, K=1531, batch=1, elem_bytes=2, dtype="bfloat16", tma=False, b_kmajor=b_kmajor,
+                c_tma=False, divisor=1)  # fmt: skip
+    assert heuristic_config(p) == expected
+    # With wider loads (2000x3000x500: 4 elements) the layout does not decide.
+    p4 = dataclasses.replace(p, M=2000, N=3000, K=500, divisor=4)
+    assert heuristic_config(p4) == MatmulConfig("ptr", 64, 128, 32, 8, 4, 4)
+
+
+def test_skinny_heuristic_takes_wide_k_steps_for_unsplit_64x32_tiles():
+    # 64x4096x4096 on the H200: 64x32x256 (4 stages) 4-5% ahead of 64x32x128 (6 stages).
+    cfg = heuristic_config(bf16(64, 4096, 4096, num_sms=132))
+    assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_stages, cfg.split_k) == (64, 32, 256, 4, 1)
+    assert smem_bytes(cfg, 2) <= SMEM_LIMIT_BYTES
+    # Split 64x32 tiles and wider ones keep 128 (not measured with 256).
+    for N in (1024, 14336):
+        other = heuristic_config(bf16(64, N, 4096, num_sms=132))
+        assert other.block_k == 128 and (other.block_n, other.split_k) != (32, 1)
+
+
+def test_heuristic_splits_k_only_when_the_grid_is_small():
+    big = heuristic_config(bf16(8192, 8192, 8192))
+    assert big.split_k == 1 and (big.block_m, big.block_n) in ((128, 256), (256, 128))
+    assert heuristic_config(bf16(1024, 1024, 65536)).split_k > 1
+
+
+def test_heuristic_takes_the_wide_tile_when_one_wave_nearly_fills_the_sms():
+    # 2048 x 2048: 128 tiles of 128 x 256 on 132 SMs (97%), one wave rather than two of 128 x 128.
+    wide = heuristic_config(bf16(2048, 2048, 32768, num_sms=132))
+    assert (wide.block_m, wide.block_n, wide.split_k) == (128, 256, 1)
+    # 1024 x 2048: 64 such tiles, half the SMs idle: not the wide tile.
+    narrow = heuristic_config(bf16(1024, 2048, 32768, num_sms=132))
+    assert (narrow.block_m, narrow.block_n) != (128, 256)
+    # 2048 x 1024 with a short K: 128 tiles of 128 x 128, one wave rather than two of 128 x 64.
+    short_k = heuristic_config(bf16(2048, 1024, 1024, num_sms=132))
+    assert (short_k.block_m, short_k.block_n, short_k.split_k) == (128, 128, 1)
+    # 768^3: 36 such tiles, latency-bound: the narrower 128 x 64 tiles.
+    small = heuristic_config(bf16(768, 768, 768, num_sms=132))
+    assert (small.block_m, small.block_n) == (128, 64)
+
+
+def test_heuristic_for_few_tiles_keeps_128x128_when_k_is_long():
+    # 2048x1024x4096: 128 tiles of 128x128 on 132 SMs, too many to split: one wave of them.
+    one_wave = heuristic_config(bf16(2048, 1024, 4096))
+    assert (one_wave.block_m, one_wave.block_n, one_wave.split_k) == (128, 128, 1)
+    # Short K with few tiles stays on the latency-bound 128x64 tiles (768^3, 1000^3).
+    for n in (768, 1000):
+        short = heuristic_config(bf16(n, n, n))
+        assert (short.block_m, short.block_n, short.split_k) == (128, 64, 1)
+
+
+@pytest.mark.parametrize("M", [1, 8, 16, 32, 64, 128])
+@pytest.mark.parametrize("N,K", [(4096, 4096), (14336, 4096), (4096, 14336), (11008, 4096), (6144, 4096),
+                                 (1024, 4096), (32768, 4096)])  # fmt: skip
+def test_skinny_heuristic_fills_one_wave(M, N, K):
+    # Decode shapes are a read of B: one wave of work items (132 SMs on the H200) that keeps
+    # at least 55% of the SMs busy, K split where N alone cannot; or, for N wider than one
+    # wave of 128-wide tiles, 128-wide tiles. Every split slice has real K.
+    p = bf16(M, N, K)
+    cfg = heuristic_config(p)
+    items = -(-M // cfg.block_m) * -(-N // cfg.block_n) * cfg.split_k
+    assert cfg.block_m >= M and cfg.num_warps == 4
+    if cfg.block_n == 128 and cfg.split_k == 1:
+        assert items >= p.num_sms * 0.55, (cfg, items)
+    else:
+        assert p.num_sms * 0.55 <= items <= p.num_sms * 1.1, (cfg, items)
+    assert cfg.split_k == 1 or k_per_split(K, cfg.block_k, cfg.split_k) * (cfg.split_k - 1) < K
+
+
+def test_one_work_item_per_program_is_unflattened():
+    """The heuristic flattens the persistent loop only where a program has a next work item
+    to prefetch: 768^3 (72 tiles of 128 x 64) and decode shapes (one wave) run unflattened,
+    4096^3 (256 tiles of 128 x 256 on 132 SMs) flattened."""
+    for shape in ((768, 768, 768), (16, 4096, 4096), (1, 14336, 4096), (64, 4096, 14336)):
+        cfg = heuristic_config(bf16(*shape))
+        assert cfg.kernel == "tma" and not cfg.flatten, (shape, cfg.short())
+    assert heuristic_config(bf16(4096, 4096, 4096)).flatten
+    assert heuristic_config(bf16(768, 768, 768, num_sms=16)).flatten  # 72 tiles on 16 SMs
+
+
+@pytest.mark.parametrize("a_kmajor,b_kmajor,tile,flat", [(True, True, 256, True), (True, False, 256, False),
+                                                          (False, False, 128, True)])  # fmt: skip
+def test_tf32_heuristic_by_layout(a_kmajor, b_kmajor, tile, flat):
+    """A wave of 128 x 256 tiles where measured (both operands K-major; an N-major B, which
+    takes the unflattened loop); 128 x 128 for small problems, unflattened there in every
+    layout (64 tiles: one per program)."""
+    fp32 = dict(batch=1, elem_bytes=4, dtype="float32", tma=True, a_kmajor=a_kmajor, b_kmajor=b_kmajor,
+                precision="tf32")  # fmt: skip
+    big = heuristic_config(Problem(4096, 4096, 4096, **fp32))
+    assert (big.block_m, big.block_n, big.block_k, big.flatten) == (128, tile, 32, flat)
+    small = heuristic_config(Problem(1000, 1000, 1000, **fp32))
+    assert (small.block_m, small.block_n, small.flatten) == (128, 128, False)
+    assert all(smem_bytes(c, 4) <= SMEM_LIMIT_BYTES for c in (big, small))
+
+
+# --------------------------------------------------------------- shared arithmetic
+
+
+def test_k_per_split_slices_never_overlap():
+    for K, bk, split in itertools.product((1, 15, 16, 17, 136, 1000, 4096), (16, 64, 256), (1, 2, 3, 4, 8)):
+        step = k_per_split(K, bk, split)
+        assert step % bk == 0 and step * split >= K
+
+
+@pytest.mark.parametrize(
+    "items,programs,expected",
+    [(512, 132, 128), (528, 132, 132), (1792, 132, 128), (3584, 132, 128), (3696, 132, 132), (133, 132, 67),
+     (64, 132, 64), (0, 132, 1), (1, 132, 1), (5, 4, 3), (9, 4, 3), (8, 4, 4)],
+)  # fmt: skip
+def test_persistent_programs_spread_work_evenly(items, programs, expected):
+    assert persistent_programs(items, programs) == expected
+
+
+def test_persistent_programs_are_the_fewest_for_the_fewest_rounds():
+    for items, programs in itertools.product(range(1, 300), (1, 4, 7, 132)):
+        n = persistent_programs(items, programs)
+        rounds = -(-items // programs)
+        assert 1 <= n <= programs and -(-items // n) == rounds, (items, programs, n)
+        assert n == 1 or -(-items // (n - 1)) > rounds, (items, programs, n)
+
+
+def test_config_json_round_trip_and_validation():
+    cfg = MatmulConfig("tma", 128, 256, 64, 8, 8, 3, split_k=2, epilogue_subtile=True)
+    assert MatmulConfig.from_json(cfg.to_json()) == cfg
+    with pytest.raises(ValueError, match="power of two"):
+        MatmulConfig.from_json({**cfg.to_json(), "block_n": 96})
+    with pytest.raises(ValueError, match="unknown MatmulConfig fields"):
+        MatmulConfig.from_json({**cfg.to_json(), "blockn": 96})
+    with pytest.raises(ValueError, match="'tma' kernel only"):
+        MatmulConfig("ptr", 64, 64, 32, split_k=2).validate()
+    with pytest.raises(ValueError, match="must be 'tma' or 'ptr'"):
+        MatmulConfig("cublas", 64, 64, 32).validate()
+
+
+# ----------------------------------------------------------------- template configs
+
+TEMPLATE_LAYOUTS = [(True, True), (True, False), (False, True)]
+
+
+def tma_template(m, n, k, a_kmajor=True, b_kmajor=True, compete=False, elem=2, dtype="bfloat16"):
+    return tma_template_configs(m, n, k, elem, dtype, a_kmajor, b_kmajor, 132, compete=compete)
+
+
+@pytest.mark.parametrize("m,n,k", [(2048, 4096, 4096), (8192, 14336, 4096), (64, 4096, 4096), (1, 4096, 14336),
+                                   (2048, 2048, 2048), (2048, 2048, 32768), (32768, 128, 4096)])  # fmt: skip
+@pytest.mark.parametrize("a_kmajor,b_kmajor", TEMPLATE_LAYOUTS)
+def test_tma_template_takes_the_eager_heuristic_without_split_k(m, n, k, a_kmajor, b_kmajor):
+    (cfg,) = tma_template(m, n, k, a_kmajor, b_kmajor)
+    eager = heuristic_config(bf16(m, n, k, a_kmajor=a_kmajor, b_kmajor=b_kmajor, c_tma=False))
+    assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps) == (eager.block_m, eager.block_n, eager.block_k,
+                                                                      eager.num_warps)  # fmt: skip
+    assert cfg.split_k == 1 and fits(cfg, 2)
+    assert cfg.epilogue_subtile == (cfg.block_m * cfg.block_n >= 128 * 256)
+    assert smem_bytes(cfg, 2) <= SMEM_BUDGET
+    competing = tma_template(m, n, k, a_kmajor, b_kmajor, compete=True)
+    assert competing[0] == cfg and len(competing) > 1
+    assert all(c.split_k == 1 and fits(c, 2) for c in competing)
+
+
+@pytest.mark.parametrize("m,n,k", [(2048, 1024, 1024), (2048, 1024, 4096), (768, 768, 768), (1024, 2048, 2048),
+                                   (16384, 128, 4096), (129, 64, 8)])  # fmt: skip
+def test_one_wave_of_tiles_takes_the_pointer_template_unless_competing(m, n, k):
+    """Every 128 x 128 tile in one wave, one per program, K <= 4096: the pointer template (no
+    device-side descriptors to build); the TMA template still competes when asked."""
+    assert tma_template(m, n, k) == []
+    assert tma_template(m, n, k, compete=True)
+
+
+@pytest.mark.parametrize("m,n,k", [(2048, 2048, 2048), (2048, 2048, 1024), (4096, 1024, 1024), (2048, 1024, 8192),
+                                   (300, 4096, 1024), (128, 4096, 1024)])  # fmt: skip
+def test_wide_tiles_two_waves_long_k_or_decode_sized_m_keep_the_tma_template(m, n, k):
+    (cfg,) = tma_template(m, n, k)
+    assert cfg.kernel == "tma"
+
+
+def test_tma_template_leaves_fp32_to_the_pointer_template():
+    assert tma_template(4096, 4096, 4096, elem=4, dtype="float32") == []
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 14336, 4096), (128, 4096, 4096), (8192, 14336, 4096),
+                                   (1000, 1000, 1000)])  # fmt: skip
+@pytest.mark.parametrize("elem", [2, 4])
+def test_pointer_template_configs_fit_shared_memory(m, n, k, elem):
+    first = pointer_template_configs(m, n, elem, 132)
+    assert len(first) == 1 and first[0].kernel == "ptr" and fits(first[0], elem)
+    competing = pointer_template_configs(m, n, elem, 132, compete=True)
+    assert competing[0] == first[0] and len(set(competing)) == len(competing)
+    assert all(fits(c, elem) for c in competing)
+    assert all(fits(c, 2) for c in hopper.TEMPLATE_PTR_COMPETE)
+
+
+@pytest.mark.parametrize("compete", [False, True])
+def test_swiglu_template_configs_fit_the_template_budget(compete):
+    cfgs = swiglu_template_configs(2, compete=compete)
+    assert cfgs[0] == hopper.SWIGLU and len(cfgs) == (2 if compete else 1)
+    # The second weight's tiles count: more than the TMA kernel's shared memory.
+    assert all(smem_bytes(c, 2) < swiglu_smem_bytes(c, 2) <= SMEM_BUDGET for c in cfgs)
+
+
+@pytest.mark.parametrize("m,n", [(8192, 8192), (4096, 4096), (4224, 4096), (2048, 14336), (100, 300)])
+def test_tma_template_runs_as_many_programs_as_the_eager_kernel(m, n):
+    """The template's program count (its NUM_SMS) is the eager kernel's for the same tiles:
+    at most one per SM, fewer where that spreads the tiles more evenly."""
+    cfg = MatmulConfig("tma", 64, 64, 64)
+    tiles = -(-m // 64) * -(-n // 64)
+    assert template_programs(cfg, m, n, 132) == persistent_programs(tiles, 132)
+    big = MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True)
+    assert template_programs(big, 4096, 4096, 132) == 128  # 512 tiles: 128 programs of 4

@@ -1,0 +1,62 @@
+"""transformers users: the backend by name through ``TrainingArguments`` and ``torch.compile``
+on a transformers model. GPU only (transformers is installed on the GPU machine); tiny
+random-init Llama models, nothing downloaded.
+
+    python3 -m pytest -q -p no:cacheprovider tests/test_transformers.py -m gpu
+"""
+
+import math
+
+import pytest
+import torch
+from integration_utils import count_calls, run_and_get_code
+from torch._inductor.utils import fresh_cache
+
+from inductor_mm_plugin.inductor.routing import record_sites
+
+pytestmark = pytest.mark.gpu
+
+
+def tiny_llama(**overrides):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+                                      **overrides)  # fmt: skip
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config)
+
+
+def test_gpu_trainer_with_the_plugin_backend(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    model = tiny_llama().cuda()
+    ids = torch.randint(0, 256, (16, 32))
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=2, logging_steps=1, save_strategy="no",
+        report_to=[], disable_tqdm=True, bf16=True, torch_compile=True, torch_compile_backend="inductor_mm_plugin",
+    )  # fmt: skip
+    with fresh_cache(), record_sites() as records:  # a fresh cache: the routing pass runs
+        result = transformers.Trainer(model=model, args=args, train_dataset=data).train()
+    assert result.global_step == 2 and math.isfinite(result.training_loss)
+    routed = [r for r in records if r.routed]
+    phases = {r.site.phase for r in routed}
+    assert len(routed) >= 15 and phases == {"forward", "backward"}, [str(r.site) for r in records]
+
+
+def test_gpu_torch_compile_of_a_transformers_model():
+    model = tiny_llama().cuda().to(torch.bfloat16).eval()
+    ids = torch.randint(0, 256, (2, 64), device="cuda")
+    with torch.no_grad():
+        want = model(ids).logits
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="inductor_mm_plugin", options={"compete": False})
+        with fresh_cache(), record_sites() as records:
+            out, codes = run_and_get_code(lambda: compiled(ids).logits)
+    # 7 Linear layers a decoder layer (q, k, v, o, gate, up, down) and the LM head (the
+    # attention runs in SDPA; the rotary embedding's small fp32 matmul may be a site too).
+    # gate and up may run as one mm_swiglu (fuse_swiglu="auto"): one call for two sites.
+    routed = [r for r in records if r.routed]
+    assert len(routed) >= 2 * 7 + 1, [str(r.site) for r in records]
+    plugin, _ = count_calls(codes)
+    assert plugin >= 2 * 6 + 1, count_calls(codes)
+    torch.testing.assert_close(out.float(), want.float(), rtol=5e-2, atol=5e-2)
