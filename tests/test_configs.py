@@ -277,3 +277,24 @@ def test_tma_template_runs_as_many_programs_as_the_eager_kernel(m, n):
     assert template_programs(cfg, m, n, 132) == persistent_programs(tiles, 132)
     big = MatmulConfig("tma", 128, 256, 64, 8, 8, 3, epilogue_subtile=True, flatten=True)
     assert template_programs(big, 4096, 4096, 132) == 128  # 512 tiles: 128 programs of 4
+
+
+@pytest.mark.parametrize("M,N,K", [(512, 512, 3584), (304, 64, 10832), (357, 120, 6256), (2032, 128, 2072),
+                                   (512, 128, 1024), (200, 200, 200), (129, 8, 100000)])  # fmt: skip
+def test_few_tiles_fill_one_wave_with_long_enough_slices(M, N, K):
+    """Under a quarter wave of 128 x 128 tiles: the most work items that fit one wave, every K
+    slice at least FEW_TILES_MIN_SLICE long (or K whole), fewer splits before smaller tiles."""
+    from inductor_mm_plugin.configs import hopper
+    from inductor_mm_plugin.configs.space import tiles
+
+    p = Problem(M, N, K, 1, 2, "bfloat16", tma=True, a_kmajor=True, b_kmajor=True)
+    cfg = heuristic_config(p)
+    items = tiles(p, cfg.block_m, cfg.block_n) * cfg.split_k
+    assert cfg.kernel == "tma" and items <= p.num_sms and fits(cfg, 2)
+    assert cfg.split_k == 1 or k_per_split(K, 64, cfg.split_k) >= hopper.FEW_TILES_MIN_SLICE
+    for bm, bn in hopper.FEW_TILES:  # nothing in the table puts more items in one wave
+        for split in hopper.FEW_TILES_SPLITS:
+            more = tiles(p, bm, bn) * split
+            ok_slice = split == 1 or k_per_split(K, 64, split) >= hopper.FEW_TILES_MIN_SLICE
+            assert not (ok_slice and items < more <= p.num_sms), (cfg.short(), bm, bn, split)
+    assert heuristic_config(Problem(512, 512, 3584, 1, 2, "bfloat16", tma=True)).short() == "tma 64x64x64 w4 s4 split2"

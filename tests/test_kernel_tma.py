@@ -192,7 +192,8 @@ def test_tma_kernel_prefetches_the_descriptors_its_copies_read(c_tma):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["row", "linear"])
-@pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (16, 4096, 14336), (128, 1024, 4096), (2048, 2048, 8192)])
+@pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (16, 4096, 14336), (128, 1024, 4096), (2048, 2048, 8192),
+                                   (512, 512, 3584), (304, 64, 10832), (357, 120, 6256), (2032, 128, 2072)])  # fmt: skip
 def test_heuristic_on_gpu_shapes(layout, M, N, K):
     dt = torch.bfloat16
     a = randn(M, K, dtype=dt)

@@ -91,6 +91,8 @@ def _tma(p: Problem) -> MatmulConfig:
         return H.NARROW_N_LONG_K
     if fills_a_wave(tiles(p, 128, 128), sms) or p.batch > 1:
         return deepest(H.WAVE_128, 2, 4)
+    if 4 * tiles(p, 128, 128) < sms:
+        return _few_tiles(p)
     n = tiles(p, 128, 128)
     split = 1
     while n * split * 2 <= sms and cdiv(p.K, split * 2) >= H.SPLIT_K_MIN_SLICE:
@@ -100,6 +102,25 @@ def _tma(p: Problem) -> MatmulConfig:
     if p.K >= 2048:
         return deepest(H.WAVE_128, 2, 4)
     return H.SHORT_K
+
+
+def _few_tiles(p: Problem) -> MatmulConfig:
+    """Less than a quarter wave of 128 x 128 tiles: the (tile, split) with the most work items
+    that still fit one wave (hopper.FEW_TILES)."""
+    best = None
+    for split in H.FEW_TILES_SPLITS:
+        for bm, bn in H.FEW_TILES:
+            items = tiles(p, bm, bn) * split
+            if items > p.num_sms or (split > 1 and k_per_split(p.K, 64, split) < H.FEW_TILES_MIN_SLICE):
+                continue
+            if not useful_split(p.K, 64, split):
+                continue
+            if best is None or items > best[0]:  # ties keep fewer splits, then the larger tile
+                best = (items, bm, bn, split)
+    _, bm, bn, split = best or (0, 128, 128, 1)
+    cfg = MatmulConfig("tma", bm, bn, 64, 8, 8 if bm * bn > 128 * 64 else 4, 4, split_k=split,
+                       epilogue_subtile=bn >= 128)  # fmt: skip
+    return deepest(cfg, p.elem_bytes, 4)
 
 
 # ----------------------------------------------------------------------------- skinny

@@ -41,6 +41,15 @@ WAVE_128 = MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True, fla
 SPLIT_K_BASE = MatmulConfig("tma", 128, 128, 64, 8, 8, 4, epilogue_subtile=True)
 SPLIT_K_MIN_SLICE = 2048
 
+# Less than a quarter wave of 128 x 128 tiles (M above the skinny range): the tile and K split
+# that put the most work items in one wave, each K slice at least FEW_TILES_MIN_SLICE long,
+# fewer splits first, then larger tiles. One wave of 16 128 x 128 tiles ran 512x512x3584 at
+# 0.40 of cuBLAS and 2032x128x2072 at 0.45 (bench/results/shapes.jsonl, models and random
+# suites at 196ec44: M 257-1024 with under 33 such tiles, geomean 0.60).
+FEW_TILES = [(128, 128), (128, 64), (64, 64)]
+FEW_TILES_SPLITS = (1, 2, 4, 8, 16)
+FEW_TILES_MIN_SLICE = 512
+
 # Short K and few tiles (768^3: 128x64 0.73, 128x128 0.67, 64x128 0.62; 1000^3: 0.78, 0.71,
 # 0.74): latency-bound, more programs.
 SHORT_K = MatmulConfig("tma", 128, 64, 64, 8, 4, 4, flatten=True)
