@@ -14,7 +14,9 @@ metadata as ``(path, class)`` pairs (``nn_module_stack``; ``fwd_nn_module_stack`
 nodes): the class, never the instance. So the marker lives on a class. Decorating a class
 sets an attribute on it; marking an instance swaps its ``__class__`` for a marked subclass
 (``isinstance`` still holds; marking many instances of one class reuses one subclass).
-Markers survive graph breaks because they depend on no traced code.
+Markers survive graph breaks: Dynamo's metadata never names the modules around the frame it
+compiles (the compiled model; after a break inside a child, the child's ancestors), so the
+plugin reads those from the modules calling that frame (``RootInfo``, ``root_from_dynamo``).
 """
 
 from __future__ import annotations

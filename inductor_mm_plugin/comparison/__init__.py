@@ -47,8 +47,8 @@ from ..inductor import compat, plan_file
 from ..inductor.backend import config_patches
 from ..inductor.measure import MARGIN
 from ..inductor.options import PLUGIN_KEYS
-from ..inductor.routing import SiteRecord, _root_from_dynamo, record_sites
-from ..inductor.selection import RootInfo
+from ..inductor.routing import SiteRecord, record_sites
+from ..inductor.selection import RootInfo, root_from_dynamo
 from ..kernels.matmul import interpreting
 from ..ops.reference import UNIT_ROUNDOFF
 from .report import CompareError, Error, GraphResult, Report, SiteResult
@@ -181,7 +181,7 @@ def compare(
     def capture(gm, graph_inputs):
         index = len(graphs)
         progress(f"graph {index}: compiling the stock and plugin arms ({len(gm.graph.nodes)} nodes)")
-        root = RootInfo.of(_root_from_dynamo())
+        root = root_from_dynamo() or RootInfo()
         stock = compat.compile_fx(copy.deepcopy(gm), graph_inputs, config_patches=dict(inductor_only))
         plugin = compat.compile_fx(copy.deepcopy(gm), graph_inputs,
                                    config_patches=config_patches(options, root=root, label=index))  # fmt: skip
