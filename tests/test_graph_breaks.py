@@ -6,13 +6,11 @@ Every case reads the generated code of the forward and backward graphs and count
 plugin's and aten's matmul calls.
 """
 
-import contextlib
-
 import pytest
 import torch
 import torch.nn as nn
 from conftest import DEVICE
-from integration_utils import count_calls, run_compiled
+from integration_utils import count_calls, no_graph_caches, run_compiled
 from torch._dynamo.utils import counters
 from torch._inductor.utils import fresh_cache, run_and_get_code
 
@@ -107,16 +105,6 @@ def sites_per_module(train: bool):
     forward = dict.fromkeys(ALL, 1)
     backward = {m: (1 if m == "before" else 2) for m in ALL} if train else {}
     return {m: forward[m] + backward.get(m, 0) for m in ALL}
-
-
-def no_graph_caches():
-    """Inductor's FX graph and AOT autograd caches off, so the routing pass runs on every
-    graph; the compiled C++ kernels stay cached (a fresh cache dir recompiles them all,
-    ~2 s each on the CPU)."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
-    stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
-    return stack
 
 
 def run(model, x, select, *, stock_backend=False):
