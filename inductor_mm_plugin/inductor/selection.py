@@ -79,11 +79,6 @@ class RootInfo:
     frame: tuple[str, str] = ("", "")
 
     @staticmethod
-    def of(root: nn.Module | None) -> RootInfo:
-        """The compiled model itself is the frame's module."""
-        return RootInfo.of_frame([root] if root is not None else [], {"self": root})
-
-    @staticmethod
     def of_frame(around: list[nn.Module], frame_locals: dict[str, Any]) -> RootInfo:
         """``around``: the modules whose calls enclose the frame, the compiled model first."""
         if not around:
@@ -97,7 +92,8 @@ class RootInfo:
                              if isinstance(v, nn.Module) and id(v) in path_of))  # fmt: skip
         opted_in = any(marker_of(m) == IN for m in (*model.modules(), *around))
         own = frame_locals.get("self")
-        frame = (path_of[id(own)], type(own).__name__) if isinstance(own, nn.Module) and path_of.get(id(own)) else ("", "")
+        below = isinstance(own, nn.Module) and path_of.get(id(own))  # "" for the model itself
+        frame = (path_of[id(own)], type(own).__name__) if below else ("", "")
         return RootInfo(marker, opted_in, paths, frame)
 
 
