@@ -1,5 +1,6 @@
 """Helpers for compiled-graph tests: compile, run, read the generated code, count calls."""
 
+import contextlib
 import re
 
 import torch
@@ -39,6 +40,17 @@ def count_calls(codes):
         if TEMPLATE_MARKER in src:
             plugin += len(re.findall(rf"\b{name}\.run\(", text))
     return plugin, len(STOCK_CALL.findall(text))
+
+
+def no_graph_caches():
+    """Inductor's FX graph and AOT autograd caches off, so the routing pass runs on every
+    graph, while the compiled C++ kernels stay cached (a fresh cache directory, as
+    ``run_compiled`` uses by default, recompiles each of them, about 2 s apiece on the CPU).
+    Use with ``run_compiled(..., fresh_cache=False)``."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
+    stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+    return stack
 
 
 def run_compiled(model, *inputs, train=False, fresh_cache=True, **compile_kwargs):

@@ -69,3 +69,44 @@ def test_private_apis_of_export_and_logging():
     assert isinstance(compat.counters["inductor"], collections.Counter)
     assert "inner_compile" in inspect.signature(compat.compile_fx).parameters
     assert callable(compat.compile_fx_inner)
+
+
+def test_calling_modules_and_compile_id_inside_a_trace():
+    # The frame resumed after a graph break inside ``child`` is rooted at the child; the
+    # stack still shows the model calling it, and nothing outside torch.compile's entry.
+    class Child(torch.nn.Module):
+        def forward(self, x):
+            x = x + 1
+            torch._dynamo.graph_break()
+            return x * 2
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.child = Child()
+
+        def forward(self, x):
+            return self.child(x) - 1
+
+    class EagerParent(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x)
+
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(([type(m).__name__ for m in compat.calling_modules()], compat.current_compile_id()))
+        return gm.forward
+
+    assert compat.calling_modules() == [] and compat.current_compile_id() is None
+    torch._dynamo.reset()
+    model = Model()
+    EagerParent(torch.compile(model, backend=backend))(torch.ones(2))
+    chains = [chain for chain, _ in seen]
+    assert ["Model", "Child"] in chains and all(chain[0] == "Model" for chain in chains), chains
+    assert all(compile_id is not None for _, compile_id in seen)
+    assert len({str(compile_id) for _, compile_id in seen}) == len(seen)

@@ -47,8 +47,8 @@ from ..inductor import compat, plan_file
 from ..inductor.backend import config_patches
 from ..inductor.measure import MARGIN
 from ..inductor.options import PLUGIN_KEYS
-from ..inductor.routing import SiteRecord, _root_from_dynamo, record_sites
-from ..inductor.selection import RootInfo
+from ..inductor.routing import SiteRecord, record_sites
+from ..inductor.selection import RootInfo, root_from_dynamo
 from ..kernels.matmul import interpreting
 from ..ops.reference import UNIT_ROUNDOFF
 from .report import CompareError, Error, GraphResult, Report, SiteResult
@@ -181,7 +181,7 @@ def compare(
     def capture(gm, graph_inputs):
         index = len(graphs)
         progress(f"graph {index}: compiling the stock and plugin arms ({len(gm.graph.nodes)} nodes)")
-        root = RootInfo.of(_root_from_dynamo())
+        root = root_from_dynamo() or RootInfo()
         stock = compat.compile_fx(copy.deepcopy(gm), graph_inputs, config_patches=dict(inductor_only))
         plugin = compat.compile_fx(copy.deepcopy(gm), graph_inputs,
                                    config_patches=config_patches(options, root=root, label=index))  # fmt: skip
@@ -327,17 +327,29 @@ def _site_result(r: SiteRecord) -> SiteResult:
 
 
 def _check_unwrapped(model) -> None:
-    """DDP and FSDP wrappers run collectives in their forward and backward: compare runs the
-    model several times in one process, so it takes the module inside."""
-    wrappers = [torch.nn.parallel.DistributedDataParallel]
-    with contextlib.suppress(ImportError):
-        from torch.distributed.fsdp import FSDPModule
+    """DDP and FSDP wrappers run collectives in their forward and backward, and a sharded
+    model (FSDP, DTensor parameters) holds only this rank's shard: compare runs the model
+    several times in one process and deep-copies it, so it takes the plain module inside.
+    Looks through torch.compile's wrapper, and at every submodule (FSDP2 shards blocks)."""
+    inner = getattr(model, "_orig_mod", model)  # torch.compile(ddp_model)
+    if not isinstance(inner, nn.Module) or not torch.distributed.is_available():
+        return
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+    from torch.distributed.tensor import DTensor
+    from torch.nn.parallel import DistributedDataParallel
 
-        wrappers.append(FSDPModule)
-    if isinstance(model, tuple(wrappers)):
-        inner = "model.module" if isinstance(model, torch.nn.parallel.DistributedDataParallel) else "the unsharded module"
-        raise CompareError(f"compare needs the unwrapped module, not a {type(model).__name__}: pass {inner} "
-                           "(on one rank), compiled and compared on its own")  # fmt: skip
+    if isinstance(inner, DistributedDataParallel):
+        compiled = " (compiled)" if inner is not model else ""
+        raise CompareError(f"compare needs the unwrapped module, not a DistributedDataParallel{compiled}: pass its "
+                           ".module (model.module; model._orig_mod.module when compiled) on one rank, compiled and "
+                           "compared on its own")  # fmt: skip
+    sharded = next((n for n, m in inner.named_modules() if isinstance(m, (FSDPModule, FullyShardedDataParallel))), None)
+    dtensor = next((n for n, p in inner.named_parameters() if isinstance(p, DTensor)), None)
+    if sharded is not None or dtensor is not None:
+        what = (f"module {sharded or '<root>'!r} is sharded with FSDP (fully_shard or FullyShardedDataParallel)"
+                if sharded is not None else f"parameter {dtensor!r} is a DTensor")  # fmt: skip
+        raise CompareError(f"compare needs the unwrapped module, but its {what}: each rank holds only its shard. "
+                           "Compare the model before sharding it, on one rank")  # fmt: skip
 
 
 def _time_model(compiled, state, inputs, train, device, rounds, warmup, reps, cudagraphs) -> dict:

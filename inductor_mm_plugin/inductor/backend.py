@@ -21,8 +21,8 @@ from typing import Any
 from . import compat
 from .lowering import register_lowerings
 from .options import PLUGIN_KEYS, PluginOptions, split_options
-from .routing import RoutePass, _root_from_dynamo, reporting_cached_decisions
-from .selection import RootInfo
+from .routing import RoutePass, reporting_cached_decisions
+from .selection import RootInfo, root_from_dynamo
 
 
 def _route_pass(plugin: PluginOptions, inductor: dict[str, Any], root: RootInfo | None, label) -> RoutePass:
@@ -55,7 +55,7 @@ def backend(gm, example_inputs, *, mode: str | None = None, options: dict[str, A
     """The ``inductor_mm_plugin`` backend: stock Inductor plus the routing pass. Graphs
     loaded from Inductor's caches report the routing decisions they were compiled with
     (``routing.reporting_cached_decisions``)."""
-    patches = config_patches(options, mode, root=RootInfo.of(_root_from_dynamo()))
+    patches = config_patches(options, mode, root=root_from_dynamo() or RootInfo())
     with reporting_cached_decisions():  # AOTAutograd's cache loads forward and backward here
         return compat.compile_fx(gm, example_inputs, inner_compile=_inner_compile, config_patches=patches)
 

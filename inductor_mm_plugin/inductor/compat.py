@@ -13,9 +13,12 @@ instead of a compile deep inside Inductor. Differences papered over:
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any
 
 import torch
+import torch._dynamo.eval_frame as _eval_frame
+import torch.nn.modules.module as _nn_module
 from torch._dynamo.utils import counters  # noqa: F401
 from torch._inductor import config as inductor_config  # noqa: F401
 from torch._inductor import list_mode_options  # noqa: F401
@@ -93,6 +96,39 @@ def dynamo_frame_locals() -> dict[str, Any] | None:
         if tx is not None:
             return dict(tx.f_locals)
     return None
+
+
+def calling_modules() -> list[torch.nn.Module]:
+    """The modules whose call is under way around the frame Dynamo is compiling, outermost
+    first, counted from the innermost ``torch.compile`` entry point inward; [] when none.
+
+    A graph break inside a child module makes Dynamo compile the rest of the child as frames
+    of their own, rooted at the child: Dynamo's metadata then never names the modules around
+    it. They are still calling it: each has ``nn.Module._call_impl`` on the Python stack.
+    The walk stops at Dynamo's entry wrapper (``compile_wrapper`` in eval_frame.py, which
+    closes over the compiled ``fn``; ``OptimizedModule.__call__`` does not), so an eager
+    parent of a compiled child is not counted.
+    """
+    found = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename == _eval_frame.__file__ and "fn" in code.co_freevars:
+            break
+        if code.co_name == "_call_impl" and code.co_filename == _nn_module.__file__:
+            module = frame.f_locals.get("self")
+            if isinstance(module, _eval_frame.OptimizedModule):
+                break
+            if isinstance(module, torch.nn.Module):
+                found.append(module)
+        frame = frame.f_back
+    return found[::-1]
+
+
+def current_compile_id() -> Any:
+    """Dynamo's id of the frame compile under way, or None. AOT autograd restores it when it
+    compiles a backward graph lazily, so it ties a backward graph to its forward graph."""
+    return torch._guards.CompileContext.current_compile_id()
 
 
 def fresh_inductor_cache():

@@ -21,9 +21,10 @@ plugin backend wraps every compile in it) logs the decisions that came back that
 
 Cache correctness: Inductor's FX graph cache keys on the graph and on this pass's ``uuid()``,
 never on node metadata, where the module markers are read from. So ``uuid()`` covers the
-plugin's source and version, the options, the root module's marker, every marked class,
-and whether Triton interprets; a predicate it cannot fingerprint, or a chained pass without
-a uuid, makes it return None, which tells Inductor not to cache.
+plugin's source and version, the options, the modules around the compiled frame
+(``RootInfo``: their innermost marker, their paths, whether the model opts a module in),
+every marked class, and whether Triton interprets; a predicate it cannot fingerprint, or a
+chained pass without a uuid, makes it return None, which tells Inductor not to cache.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import pathlib
 from typing import Callable, Iterator
 
 import torch
-import torch.nn as nn
 
 from .. import __version__
 from ..kernels.matmul import interpreting
@@ -57,6 +57,7 @@ from .selection import (
     describe,
     ineligible_reason,
     marked_classes_fingerprint,
+    root_from_dynamo,
 )
 
 log = logging.getLogger(__name__)  # "inductor_mm_plugin.inductor.routing": a module name TORCH_LOGS accepts
@@ -150,15 +151,6 @@ def _callable_fingerprint(fn) -> str | None:
     return f"{getattr(fn, '__qualname__', fn)}|{source}|{closure!r}|{getattr(fn, '__defaults__', None)!r}"
 
 
-def _root_from_dynamo() -> nn.Module | None:
-    frame = compat.dynamo_frame_locals()
-    if not frame:
-        return None
-    # Methods name their module "self"; Dynamo's resume functions keep the same name.
-    candidates = [frame.get("self"), *frame.values()]
-    return next((v for v in candidates if isinstance(v, nn.Module)), None)
-
-
 class RoutePass(compat.CustomGraphPass):
     """Routes the selected ``aten.mm/addmm/bmm`` nodes to ``inductor_mm_plugin::mm/addmm/bmm``."""
 
@@ -166,18 +158,24 @@ class RoutePass(compat.CustomGraphPass):
         self.options = options
         self.label = label  # copied into each SiteRecord; not part of the cache key
         self.chained = compat.passes_in_slot(chained)
-        # The plugin backend knows the root when it is called; with the stock backend the
-        # pass finds it in Dynamo's frame during the forward compile and keeps it for the
-        # backward compile, which runs later, outside the trace.
+        # The plugin backend makes one pass per Dynamo graph and knows its root. With the
+        # stock backend one pass serves every graph of the compile: it reads the root from
+        # Dynamo's frame as each forward graph compiles, and keeps it by Dynamo's compile id
+        # for that graph's backward, which AOT autograd compiles later, outside the trace,
+        # under the same compile id.
         self._fixed_root = root
-        self._root = root or RootInfo()
+        self._roots: dict = {}
+        self._last_root = RootInfo()
 
     def root(self) -> RootInfo:
-        if self._fixed_root is None:
-            module = _root_from_dynamo()
-            if module is not None:
-                self._root = RootInfo.of(module)
-        return self._root
+        if self._fixed_root is not None:
+            return self._fixed_root
+        compile_id = compat.current_compile_id()
+        found = root_from_dynamo()
+        if found is not None:
+            self._roots[compile_id] = self._last_root = found
+            return found
+        return self._roots.get(compile_id, self._last_root)
 
     # -- Inductor's CustomGraphPass interface
 

@@ -12,8 +12,10 @@ A *site* is one ``aten.mm`` / ``aten.addmm`` / ``aten.bmm`` node. It is routed w
 is not routed carries a reason, logged on the ``inductor_mm_plugin.routing`` logger.
 
 Module markers live on classes (see ``inductor_mm_plugin.opt_in``): Dynamo's node metadata
-names each enclosing module's class, never the instance, and never the compiled root — so
-the root's marker is looked up once, from the frame Dynamo compiles, and passed in.
+names each enclosing module's class, never the instance, and never the modules around the
+compiled frame (the compiled model itself; after a graph break inside a child, the child's
+ancestors) — so those are looked up once per frame, from the modules calling it, and passed
+in (``RootInfo``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..kernels.matmul import interpreter_defect, interpreting
 from ..runtime import SUPPORTED_DTYPES
+from . import compat
 
 aten = torch.ops.aten
 MATMULS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm"}
@@ -58,16 +61,56 @@ def marked_classes_fingerprint() -> list[tuple[str, str]]:
 
 @dataclasses.dataclass(frozen=True)
 class RootInfo:
-    """What the routing pass needs to know about the compiled root module."""
+    """What the routing pass needs to know about the modules around a compiled frame.
 
-    marker: str | None = None  # the root's own marker: it never appears in nn_module_stack
-    has_opted_in: bool = False  # any module in the model is opted in (for select="auto")
+    Dynamo's metadata names the modules a graph calls, relative to the frame it compiles,
+    never the modules around that frame: the compiled model itself, and after a graph break
+    inside a child, the child's ancestors. The plugin reads them from the frame (``of_frame``)
+    when the forward graph compiles. Only strings and flags: it is part of the cache key.
+    """
+
+    marker: str | None = None  # the innermost marker among the modules around the frame
+    has_opted_in: bool = False  # the compiled model has an opted-in module (select="auto")
+    # (frame local, its module's path in the compiled model): "L['self'].up" in a frame
+    # resumed inside ``child`` is the site "child.up".
+    paths: tuple[tuple[str, str], ...] = ()
+    # (path, class name) of the frame's own module below the compiled model: where a site
+    # in the frame's own code (not inside a submodule it calls) is.
+    frame: tuple[str, str] = ("", "")
 
     @staticmethod
-    def of(root: nn.Module | None) -> RootInfo:
-        if root is None:
+    def of_frame(around: list[nn.Module], frame_locals: dict[str, Any]) -> RootInfo:
+        """``around``: the modules whose calls enclose the frame, the compiled model first."""
+        if not around:
             return RootInfo()
-        return RootInfo(marker_of(root), any(marker_of(m) == IN for m in root.modules()))
+        marker = None
+        for module in around:  # outermost to innermost: the innermost marker wins
+            marker = marker_of(module) or marker
+        model = around[0]
+        path_of = {id(m): name for name, m in model.named_modules()}
+        paths = tuple(sorted((name, path_of[id(v)]) for name, v in frame_locals.items()
+                             if isinstance(v, nn.Module) and id(v) in path_of))  # fmt: skip
+        opted_in = any(marker_of(m) == IN for m in (*model.modules(), *around))
+        own = frame_locals.get("self")
+        below = isinstance(own, nn.Module) and path_of.get(id(own))  # "" for the model itself
+        frame = (path_of[id(own)], type(own).__name__) if below else ("", "")
+        return RootInfo(marker, opted_in, paths, frame)
+
+
+def root_from_dynamo() -> RootInfo | None:
+    """The modules around the frame Dynamo is compiling (``RootInfo``), or None outside a trace."""
+    frame_locals = compat.dynamo_frame_locals()
+    if frame_locals is None:
+        return None
+    around = compat.calling_modules()
+    # The frame's own module: on the stack when Dynamo compiles its forward, not when it
+    # compiles ``_call_impl`` itself (``model.compile()``) or a method called directly.
+    own = frame_locals.get("self")
+    if isinstance(own, nn.Module) and not any(m is own for m in around):
+        around.append(own)
+    if not around:  # a function: the compiled model is the first module among its locals
+        around = [v for v in frame_locals.values() if isinstance(v, nn.Module)][:1]
+    return RootInfo.of_frame(around, frame_locals)
 
 
 # -------------------------------------------------------------------------- sites
@@ -94,20 +137,26 @@ class Site:
         return f"{self.phase} {self.op} {where} ({self.module_type or '-'}) [{shapes}] {self.dtypes[-1]}"
 
 
-def _clean_path(path: str) -> str:
-    # "L['self'].layers.0" -> "layers.0"; older spellings use "._modules['layers']".
+def _clean_path(path: str, prefixes: dict[str, str]) -> str:
+    """ "L['self'].layers.0" -> "layers.0", under the frame local's own path in the compiled
+    model (``RootInfo.paths``); older spellings use "._modules['layers']"."""
     path = re.sub(r"\._modules\['([^']*)'\]", r".\1", path)
-    path = re.sub(r"^L\['[^']*'\]\.?", "", path)
-    return path
+    local = re.match(r"^L\['([^']*)'\]\.?", path)
+    if local is None:
+        return path
+    rest = path[local.end():]
+    prefix = prefixes.get(local.group(1), "")
+    return f"{prefix}.{rest}" if prefix and rest else prefix or rest
 
 
-def _module_stack(node: torch.fx.Node) -> list[tuple[str, type]]:
+def _module_stack(node: torch.fx.Node, root: RootInfo) -> list[tuple[str, type]]:
     """(path, class) of each enclosing module, outermost first (forward or backward node)."""
     stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
+    prefixes = dict(root.paths)
     out = []
     for entry in stack.values():
         path, cls = entry[0], entry[1]
-        out.append((_clean_path(str(path)), cls if isinstance(cls, type) else type(None)))
+        out.append((_clean_path(str(path), prefixes), cls if isinstance(cls, type) else type(None)))
     return out
 
 
@@ -121,15 +170,15 @@ def _int(x) -> Any:
 
 def describe(node: torch.fx.Node, root: RootInfo, graph_is_backward: bool = False) -> Site:
     vals = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
-    stack = _module_stack(node)
+    stack = _module_stack(node, root)
     opt = root.marker
     for _, cls in stack:  # outermost to innermost: the innermost marker wins
         opt = marker_of(cls) or opt
-    path, cls = stack[-1] if stack else ("", None)
+    path, cls_name = (stack[-1][0], stack[-1][1].__name__) if stack else root.frame
     return Site(
         op=MATMULS[node.target],
         module=path,
-        module_type=cls.__name__ if cls is not None else "",
+        module_type=cls_name,
         phase="backward" if graph_is_backward or is_backward(node) else "forward",
         shapes=tuple(tuple(_int(s) for s in v.shape) for v in vals),
         dtypes=tuple(str(v.dtype).replace("torch.", "") for v in vals),
