@@ -11,7 +11,7 @@ import torch
 from conftest import DEVICE
 from integration_utils import MLP, count_calls, run_compiled
 
-from inductor_mm_plugin.inductor.decision import META_KEY, Compete, RouteDecision
+from inductor_mm_plugin.inductor.decision import META_KEY, RouteDecision
 from inductor_mm_plugin.inductor.options import PluginOptions
 from inductor_mm_plugin.inductor.routing import record_sites, route_graph
 from inductor_mm_plugin.inductor import measure
