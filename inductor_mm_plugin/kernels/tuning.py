@@ -7,11 +7,17 @@ miss. The cache file is keyed by GPU name, Triton version and a hash of the kern
 so a new GPU, a Triton upgrade or an edited kernel starts a new file instead of reusing
 stale choices. A second process with a warm file times nothing.
 
-File safety: writes go to a temporary file in the same folder, then ``os.replace`` (atomic
-on POSIX and Windows), after merging with what is on disk at that moment, so concurrent
-writers lose at most each other's newest entry, never the file. A file that does not
-parse, or whose header does not match, is treated as empty (and replaced on the next
-write).
+File safety: a write reads the file, merges its entry in and replaces the file (a temporary
+file in the same folder, then ``os.replace``, atomic on POSIX and Windows), so a reader never
+sees a torn file. The read-merge-replace runs under an exclusive lock across processes
+(``_exclusive``), so writers at the same moment keep every entry: without it, two writers
+of 200 buckets each kept 298 of 400 (each replaced the file with its own merge, made before
+the other's). One file under a lock rather than a file per entry: one read serves every
+lookup, and the format stays one JSON file a person can read. A file that does not parse,
+or whose header does not match, is treated as empty (and replaced on the next write).
+
+A folder that cannot be written (read-only, full, or not a folder) costs the next process a
+re-tune, never this one: every entry this process tuned or read stays in memory.
 
 Location: ``$INDUCTOR_MM_PLUGIN_CACHE_DIR``, else ``$XDG_CACHE_HOME/inductor_mm_plugin``,
 else ``~/.cache/inductor_mm_plugin``.
@@ -28,7 +34,13 @@ import pathlib
 import re
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+try:
+    import fcntl as _fcntl
+except ImportError:  # Windows: the lock-folder fallback
+    _fcntl = None
 
 from .configs import MatmulConfig
 
@@ -92,8 +104,9 @@ class TuningCache:
     def get(self, key: str) -> MatmulConfig | None:
         with self._lock:
             if self._entries is None or key not in self._entries:
-                # Another process may have tuned this bucket since we last looked.
-                self._entries = self._read_file()
+                # Another process may have tuned this bucket since we last looked. Merged
+                # into memory, not replacing it: an entry whose write failed stays known.
+                self._entries = {**(self._entries or {}), **self._read_file()}
             entry = self._entries.get(key)
         return MatmulConfig.from_json(entry["config"]) if entry else None
 
@@ -103,9 +116,9 @@ class TuningCache:
         entry = {"config": cfg.to_json(), "ms": float(ms)}
         if timings:
             entry["timings_ms"] = {k: (v if math.isfinite(v) else None) for k, v in timings.items()}
-        with self._lock:
-            merged = self._read_file()
-            merged[key] = entry
+        with self._lock, _exclusive(self.path):
+            # What is in memory goes in too: entries whose earlier write failed get another try.
+            merged = {**(self._entries or {}), **self._read_file(), key: entry}
             self._entries = merged
             self._write(merged)
 
@@ -122,7 +135,84 @@ class TuningCache:
                     os.unlink(tmp)
                 raise
         except OSError:
-            pass  # a read-only or full disk costs the next process a re-tune, nothing more
+            pass  # a read-only or full disk costs the next process a re-tune (this one keeps its entries)
+
+
+# How long a writer waits for another's lock before writing without it, and the age past
+# which the fallback's lock folder counts as left behind by a dead process. A merge and
+# replace of the file takes milliseconds.
+_LOCK_TIMEOUT_S = 10.0
+_STALE_LOCK_S = 60.0
+
+
+@contextlib.contextmanager
+def _exclusive(path: pathlib.Path) -> Iterator[None]:
+    """Hold an exclusive lock across processes on ``path`` while the block runs.
+
+    POSIX: ``fcntl.flock`` on a sidecar file ``<name>.lock`` (left in place; the kernel drops
+    the lock when its holder exits, also when it crashes). Where flock is missing (Windows)
+    or refused (ENOLCK on some network file systems): a sidecar folder ``<name>.lockdir``,
+    whose creation is atomic everywhere, removed on release and broken when older than
+    ``_STALE_LOCK_S``. A lock that cannot be had within ``_LOCK_TIMEOUT_S``, or a folder
+    where no lock file can be made (read-only: the write will fail too), gives way to an
+    unlocked write, which at worst drops another writer's entry: autotuning never waits
+    on the cache for long.
+    """
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)  # the lock lives beside the file
+    fd = None
+    if _fcntl is not None:
+        with contextlib.suppress(OSError):
+            fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    if fd is not None:
+        try:
+            if _poll(lambda: _flock(fd)) is not None:
+                yield
+                return
+        finally:
+            os.close(fd)  # closing releases the lock
+    folder = pathlib.Path(f"{path}.lockdir")
+    held = _poll(lambda: _make_lock_folder(folder))
+    try:
+        yield
+    finally:
+        if held:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def _poll(try_once: Callable[[], bool | None]) -> bool | None:
+    """Call ``try_once`` until it returns True (taken) or None (cannot be taken here), for
+    at most ``_LOCK_TIMEOUT_S``; False means "held by another, try again"."""
+    deadline = time.monotonic() + _LOCK_TIMEOUT_S
+    while True:
+        taken = try_once()
+        if taken is not False or time.monotonic() > deadline:
+            return taken or None
+        time.sleep(0.001)
+
+
+def _flock(fd: int) -> bool | None:
+    try:
+        _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None  # flock refused (ENOLCK): the lock folder instead
+
+
+def _make_lock_folder(folder: pathlib.Path) -> bool | None:
+    try:
+        folder.mkdir()
+        return True
+    except FileExistsError:
+        with contextlib.suppress(OSError):
+            if time.time() - folder.stat().st_mtime > _STALE_LOCK_S:
+                folder.rmdir()  # left behind by a process that died holding it
+        return False
+    except OSError:
+        return None  # no folder can be made here: the write will fail as well
 
 
 def autotune(
