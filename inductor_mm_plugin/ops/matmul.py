@@ -12,8 +12,8 @@ the bias entirely (NaN in it does not propagate), like torch.
 Where the Triton kernel runs: fp16, bf16 and fp32 tensors on CUDA, or on the CPU when
 Triton's interpreter is on (TRITON_INTERPRET=1 before import). fp32 uses TF32 exactly when
 ``torch.backends.cuda.matmul.allow_tf32`` is set. Anything else that torch itself accepts
-(float64, integer dtypes, CPU tensors without the interpreter, matrices whose element
-offsets pass 2**31) runs the matching aten op instead, with a ``KernelFallbackWarning``
+(float64, integer dtypes, sparse or nested tensors, CPU tensors without the interpreter,
+matrices whose element offsets pass 2**31) runs the matching aten op instead, with a ``KernelFallbackWarning``
 that says why. Input torch would reject raises a ``RuntimeError`` naming the shapes,
 dtypes or devices, before anything runs.
 
@@ -23,7 +23,9 @@ Order in this file: checks -> launcher -> ops -> fake -> autograd.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import threading
 import warnings
 from collections.abc import Sequence
 
@@ -148,6 +150,54 @@ def _warn_fallback(op: str, reason: str) -> None:
     warnings.warn(f"{op}: running the aten op instead of the Triton kernel: {reason}", KernelFallbackWarning, 3)
 
 
+def check_tensor_args(op: str, names: Sequence[str], *args) -> None:
+    """Raise torch's TypeError for an argument that is not a tensor. The only such value
+    that reaches a kernel is None: the dispatcher passes None for a ``Tensor`` argument
+    given None (an undefined tensor), where torch.mm's own binding rejects it."""
+    for position, (name, value) in enumerate(zip(names, args), 1):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{op}(): argument '{name}' (position {position}) must be Tensor, not {type(value).__name__}")
+
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def check_scalar(op: str, name: str, value, dtype: torch.dtype):
+    """``beta`` or ``alpha`` as the kernel takes it, or torch.addmm's error for it.
+
+    torch converts both to the dtype's opmath type, float32 for fp16, bf16 and fp32 alike
+    (c10::checked_convert), and raises for a finite value beyond float32's range or a
+    complex one with an imaginary part; inf, nan, bools and ints convert. The kernel
+    computes in float32 too, so it takes the same values (a complex one as its real part).
+    Other dtypes run the aten op, which checks for itself (float64 takes any double).
+    """
+    if dtype not in SUPPORTED_DTYPES:
+        return value
+    real = value.real if isinstance(value, complex) and value.imag == 0 else value
+    if isinstance(real, complex) or (isinstance(real, float) and math.isfinite(real) and abs(real) > _FLOAT32_MAX):
+        raise RuntimeError(f"{op}: value cannot be converted to type float without overflow: {name} = {value!r} "
+                           f"(torch computes {dtype} in float32)")  # fmt: skip
+    return real
+
+
+def layout_unsupported_reason(*tensors: torch.Tensor) -> str | None:
+    """Why the kernel cannot read these tensors' memory (sparse or nested), or None."""
+    for t in tensors:
+        if t.is_nested:
+            return "nested tensors are not supported by the kernel (strided tensors only)"
+        if t.layout != torch.strided:
+            return f"sparse layout {t.layout} is not supported by the kernel (strided tensors only)"
+    return None
+
+
+def check_warmup_device(device: torch.device) -> None:
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"warmup: device {device} was asked for, but CUDA is not available (torch.cuda.is_available() is "
+            "False); device='cpu' warms up the CPU path, which runs under Triton's interpreter (TRITON_INTERPRET=1)"
+        )
+
+
 # --------------------------------------------------------------------------- launcher
 #
 # Which kernel: the persistent TMA kernel (kernels/matmul_tma.py) where TMA can read the
@@ -175,6 +225,18 @@ def set_autotune(enabled: bool) -> bool:
     global _AUTOTUNE
     old, _AUTOTUNE = _AUTOTUNE, bool(enabled)
     return old
+
+
+# Triton's interpreter is not thread-safe: while a kernel runs it patches triton.language's
+# functions (triton/runtime/interpreter.py, _patch_lang), so kernels in two threads break each
+# other (InterpreterError, and once a wrong result, with 8 threads). Its launches take turns;
+# GPU launches never take the lock.
+_INTERPRETER_LOCK = threading.RLock()
+
+
+def interpreter_lock():
+    """The lock around a kernel launch: held under the interpreter, a no-op on the GPU."""
+    return _INTERPRETER_LOCK if interpreting() else contextlib.nullcontext()
 
 
 def _device_guard(device: torch.device):
@@ -517,7 +579,8 @@ class _Plan:
             if self.launch_direct(a, b, out, bias, alpha, beta):
                 return
         args = self.args(a, b, out, bias, alpha, beta)
-        compiled = self.kernel[self.grid](*args, **self._launch_options())
+        with interpreter_lock():
+            compiled = self.kernel[self.grid](*args, **self._launch_options())
         if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
             self.compiled = compiled
 
@@ -818,6 +881,7 @@ def warmup(
     if layout not in ("row", "linear"):
         raise ValueError(f"warmup: layout must be 'row' or 'linear', got {layout!r}")
     device = torch.device(device)
+    check_warmup_device(device)
     chosen = {}
     for shape in shapes:
         shape = tuple(int(s) for s in shape)
@@ -887,6 +951,8 @@ def _run_direct(plan, a, b, out, bias, alpha, beta) -> bool:
 
 
 def mm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        check_tensor_args("inductor_mm_plugin.mm", ("a", "b"), a, b)
     key = None
     if a.is_cuda:
         key = _signature(a, b, out, None)
@@ -907,6 +973,11 @@ def mm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None)
 def addmm_launch(
     bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta=1, alpha=1, out: torch.Tensor | None = None
 ) -> torch.Tensor:
+    if not (isinstance(bias, torch.Tensor) and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        check_tensor_args("inductor_mm_plugin.addmm", ("bias", "a", "b"), bias, a, b)
+    if type(beta) is not int or type(alpha) is not int:  # an int always converts (int64 < float32's max)
+        beta = check_scalar("inductor_mm_plugin.addmm", "beta", beta, a.dtype)
+        alpha = check_scalar("inductor_mm_plugin.addmm", "alpha", alpha, a.dtype)
     key = None
     if a.is_cuda:
         key = _signature(a, b, out, (bias.shape, bias.stride(), bias.dtype, bias.device, bias.data_ptr() % 16,
@@ -927,6 +998,8 @@ def addmm_launch(
 
 
 def bmm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        check_tensor_args("inductor_mm_plugin.bmm", ("a", "b"), a, b)
     key = None
     if a.is_cuda:
         key = _signature(a, b, out, "bmm")
@@ -966,6 +1039,53 @@ _LIB.define("bmm(Tensor a, Tensor b) -> Tensor", tags=_PT2)
 _LIB.impl("mm", mm_launch, "CompositeExplicitAutograd")
 _LIB.impl("addmm", addmm_launch, "CompositeExplicitAutograd")
 _LIB.impl("bmm", bmm_launch, "CompositeExplicitAutograd")
+
+
+
+def _aten_for_sparse(name: str, check, arg_names: tuple[str, ...]):
+    """The kernel of op ``name`` for sparse tensors, which the Triton kernel cannot read:
+    torch's own op, so its result (with a KernelFallbackWarning) or its error. A sparse
+    result comes back dense and contiguous, the op's output as its fake has it."""
+    op, aten = f"inductor_mm_plugin.{name}", getattr(torch, name)
+
+    def kernel(*args, **kwargs):
+        check_tensor_args(op, arg_names, *args)
+        check(op, *args)  # shapes, dtypes, devices: the same messages as the dense path's
+        # Below ADInplaceOrView too, as in inference mode: below autograd alone, torch 2.13's
+        # sparse @ sparse (aten::_sparse_sparse_matmul) returned an empty result on the CPU
+        # (no upstream issue found).
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            result = aten(*args, **kwargs)
+        _warn_fallback(op, layout_unsupported_reason(*args))
+        return (result.to_dense() if result.layout != torch.strided else result).contiguous()
+
+    return kernel
+
+
+def _aten_for_nested(name: str, arg_names: tuple[str, ...]):
+    """The kernel of op ``name`` for nested tensors: torch's own op, above autograd (a
+    composite kernel), so torch's op records its own gradients; the result stays nested."""
+    op, aten = f"inductor_mm_plugin.{name}", getattr(torch, name)
+
+    def kernel(*args, **kwargs):
+        check_tensor_args(op, arg_names, *args)
+        result = aten(*args, **kwargs)
+        _warn_fallback(op, layout_unsupported_reason(*args))
+        return result
+
+    return kernel
+
+
+# The dispatch keys of sparse tensors (COO; CSR, CSC, BSR, BSC), and the alias key of the
+# composite kernel nested tensors run (strided and jagged layouts, with or without autograd,
+# in inference mode too). Dense calls never reach these kernels, so they pay nothing for them.
+SPARSE_KEYS = ("SparseCPU", "SparseCUDA", "SparseCsrCPU", "SparseCsrCUDA")
+NESTED_KEY = "CompositeImplicitAutogradNestedTensor"
+for _name, _check, _names in (("mm", check_mm_args, ("a", "b")), ("addmm", check_addmm_args, ("bias", "a", "b")),
+                              ("bmm", check_bmm_args, ("a", "b"))):  # fmt: skip
+    for _key in SPARSE_KEYS:
+        _LIB.impl(_name, _aten_for_sparse(_name, _check, _names), _key)
+    _LIB.impl(_name, _aten_for_nested(_name, _names), NESTED_KEY)
 
 _MM = torch.ops.inductor_mm_plugin.mm.default
 _ADDMM = torch.ops.inductor_mm_plugin.addmm.default
@@ -1062,7 +1182,12 @@ class _AddmmFunction(torch.autograd.Function):
 
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if t is None:
+            return False  # below autograd, where the op's kernel raises torch's TypeError (check_tensor_args)
+    return any(t.requires_grad for t in tensors)
 
 
 # The autograd kernels. ``_AutoDispatchBelowAutograd`` is how torch's own register_autograd
