@@ -2,6 +2,7 @@
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -231,6 +232,37 @@ def test_unknown_option_lists_valid_keys():
     f = torch.compile(lambda a, b: a @ b, backend="inductor_mm_plugin", options={"selct": "all"})
     with pytest.raises(Exception, match=r"unknown option 'selct'. Did you mean 'select'.*'select', 'compete'"):
         f(x_of(2, 3), x_of(3, 2))
+
+
+@pytest.mark.parametrize(
+    "key,value,expected",
+    [("max_autotune", "x", "bool"), ("max_autotune", 1, "bool"), ("triton.cudagraphs", None, "bool"),
+     ("max_autotune_gemm_backends", ["ATEN"], "str"), ("unroll_reductions_threshold", 2.5, "int")],
+)  # fmt: skip
+def test_inductor_option_of_the_wrong_type_is_an_error(key, value, expected):
+    # The stock backend rejects these too (torch.compile's apply_options: isinstance against
+    # torch._inductor.config.get_type); the message names key, expected type and value.
+    message = f"option {key!r} must be {expected}, got {value!r} ({type(value).__name__})"
+    with pytest.raises(TypeError, match=re.escape(message)):
+        inductor_mm_plugin.inductor_options(**{key: value})
+    with pytest.raises(Exception, match="Unexpected type of attr"):
+        torch.compile(lambda a: a, options={key: value})
+
+
+def test_plugin_backend_rejects_an_inductor_option_of_the_wrong_type():
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: a @ b, backend="inductor_mm_plugin", options={"max_autotune": "x"})
+    with pytest.raises(Exception, match=re.escape("option 'max_autotune' must be bool, got 'x' (str)")):
+        f(x_of(2, 3), x_of(3, 2))
+
+
+def test_inductor_option_types_torch_accepts_are_accepted():
+    # bool for an int key (a bool is an int, as torch's isinstance check has it), an
+    # Optional key set or unset, a callable pass, and a key whose default is None (its
+    # type, NoneType, says nothing about what it takes, so it is not checked).
+    inductor_mm_plugin.inductor_options(unroll_reductions_threshold=True, max_autotune=False,
+                                        post_grad_custom_pre_pass=lambda graph: None,
+                                        **{"cuda.cutlass_max_profiling_configs": 4})  # fmt: skip
 
 
 def test_bad_select_value_is_an_error():

@@ -37,7 +37,7 @@ def config_patches(
     """Inductor config patches that route matmuls as ``options``/``mode`` ask."""
     if options and mode:
         raise ValueError("inductor_mm_plugin: pass either mode or options, not both (as torch.compile)")
-    plugin, inductor = split_options(options, compat.inductor_config_keys())
+    plugin, inductor = split_options(options, compat.inductor_config_types())
     if mode:
         inductor = dict(compat.list_mode_options(mode))
     register_lowerings()

@@ -83,6 +83,14 @@ def inductor_config_keys() -> set[str]:
     return set(inductor_config.get_config_copy())
 
 
+def inductor_config_types() -> dict[str, Any]:
+    """Each Inductor config key with the type torch.compile checks a value for it against:
+    ``config.get_type`` (the key's annotation, else its default's type), which is what
+    torch/__init__.py's ``_TorchCompileInductorWrapper.apply_options`` uses."""
+    get_type = getattr(inductor_config, "get_type", None)
+    return {k: get_type(k) if get_type else type(v) for k, v in inductor_config.get_config_copy().items()}
+
+
 def dynamo_frame_locals() -> dict[str, Any] | None:
     """The local variables of the frame Dynamo is compiling, or None outside a trace.
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import typing
+from collections.abc import Mapping
 from typing import Any
 
 from . import plan_file
@@ -59,18 +61,41 @@ class PluginOptions:
 PLUGIN_KEYS = tuple(f.name for f in dataclasses.fields(PluginOptions))
 
 
-def split_options(options: dict[str, Any] | None, inductor_keys: set[str]) -> tuple[PluginOptions, dict[str, Any]]:
-    """Separate plugin keys from Inductor config keys; an unknown key is an error."""
+def split_options(
+    options: dict[str, Any] | None, inductor_types: Mapping[str, Any]
+) -> tuple[PluginOptions, dict[str, Any]]:
+    """Separate plugin keys from Inductor config keys (``inductor_types``: each key's type,
+    ``compat.inductor_config_types()``); an unknown key, or an Inductor value of the wrong
+    type, is an error."""
     options = dict(options or {})
     plugin = {k: options.pop(k) for k in PLUGIN_KEYS if k in options}
-    unknown = sorted(k for k in options if k not in inductor_keys)
+    unknown = sorted(k for k in options if k not in inductor_types)
     if unknown:
         key = unknown[0]
-        close = difflib.get_close_matches(key, [*PLUGIN_KEYS, *inductor_keys], n=3)
+        close = difflib.get_close_matches(key, [*PLUGIN_KEYS, *inductor_types], n=3)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
         raise ValueError(
             f"inductor_mm_plugin: unknown option {key!r}.{hint} Valid keys: the plugin's "
             f"{', '.join(map(repr, PLUGIN_KEYS))}, and any torch._inductor.config key "
             "(e.g. 'max_autotune', 'triton.cudagraphs'; see torch._inductor.list_options())."
         )
+    for key, value in options.items():
+        check_inductor_option(key, value, inductor_types[key])
     return PluginOptions(**plugin), options
+
+
+def check_inductor_option(key: str, value: Any, expected: Any) -> None:
+    """Reject what the stock backend rejects: a value that is not an instance of the key's
+    type (torch.compile's ``apply_options``, an isinstance check; so a bool passes for an
+    int key, an int does not for a float key). Like torch, generic annotations (``int |
+    None``, ``list[str]``, ``Literal``) are not checked. Unlike torch, neither are a string
+    annotation (``cudagraph_policy``'s forward reference, on which torch's isinstance
+    itself raises) nor NoneType, the type of a key whose default is None without an
+    annotation, which would reject every value but None."""
+    if typing.get_origin(expected) is not None or not isinstance(expected, type) or expected is type(None):
+        return
+    if not isinstance(value, expected):
+        raise TypeError(
+            f"inductor_mm_plugin: option {key!r} must be {expected.__name__}, got {value!r} "
+            f"({type(value).__name__}); it sets torch._inductor.config.{key}"
+        )

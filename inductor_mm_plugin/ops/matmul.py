@@ -12,8 +12,8 @@ the bias entirely (NaN in it does not propagate), like torch.
 Where the Triton kernel runs: fp16, bf16 and fp32 tensors on CUDA, or on the CPU when
 Triton's interpreter is on (TRITON_INTERPRET=1 before import). fp32 uses TF32 exactly when
 ``torch.backends.cuda.matmul.allow_tf32`` is set. Anything else that torch itself accepts
-(float64, integer dtypes, CPU tensors without the interpreter, matrices whose element
-offsets pass 2**31) runs the matching aten op instead, with a ``KernelFallbackWarning``
+(float64, integer dtypes, sparse or nested tensors, CPU tensors without the interpreter,
+matrices whose element offsets pass 2**31) runs the matching aten op instead, with a ``KernelFallbackWarning``
 that says why. Input torch would reject raises a ``RuntimeError`` naming the shapes,
 dtypes or devices, before anything runs. The checks and launches are in ``runtime/``.
 
@@ -24,7 +24,14 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.checks import check_addmm_args, check_bmm_args, check_mm_args
+from ..runtime.checks import (
+    check_addmm_args,
+    check_bmm_args,
+    check_mm_args,
+    check_tensor_args,
+    layout_unsupported_reason,
+    warn_fallback,
+)
 from ..runtime.launch import addmm_launch, bmm_launch, mm_launch
 
 # -------------------------------------------------------------------------------- ops
@@ -47,6 +54,53 @@ _LIB.define("bmm(Tensor a, Tensor b) -> Tensor", tags=PT2)
 _LIB.impl("mm", mm_launch, "CompositeExplicitAutograd")
 _LIB.impl("addmm", addmm_launch, "CompositeExplicitAutograd")
 _LIB.impl("bmm", bmm_launch, "CompositeExplicitAutograd")
+
+
+
+def _aten_for_sparse(name: str, check, arg_names: tuple[str, ...]):
+    """The kernel of op ``name`` for sparse tensors, which the Triton kernel cannot read:
+    torch's own op, so its result (with a KernelFallbackWarning) or its error. A sparse
+    result comes back dense and contiguous, the op's output as its fake has it."""
+    op, aten = f"inductor_mm_plugin.{name}", getattr(torch, name)
+
+    def kernel(*args, **kwargs):
+        check_tensor_args(op, arg_names, *args)
+        check(op, *args)  # shapes, dtypes, devices: the same messages as the dense path's
+        # Below ADInplaceOrView too, as in inference mode: below autograd alone, torch 2.13's
+        # sparse @ sparse (aten::_sparse_sparse_matmul) returned an empty result on the CPU
+        # (no upstream issue found).
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            result = aten(*args, **kwargs)
+        warn_fallback(op, layout_unsupported_reason(*args), 3)
+        return (result.to_dense() if result.layout != torch.strided else result).contiguous()
+
+    return kernel
+
+
+def _aten_for_nested(name: str, arg_names: tuple[str, ...]):
+    """The kernel of op ``name`` for nested tensors: torch's own op, above autograd (a
+    composite kernel), so torch's op records its own gradients; the result stays nested."""
+    op, aten = f"inductor_mm_plugin.{name}", getattr(torch, name)
+
+    def kernel(*args, **kwargs):
+        check_tensor_args(op, arg_names, *args)
+        result = aten(*args, **kwargs)
+        warn_fallback(op, layout_unsupported_reason(*args), 3)
+        return result
+
+    return kernel
+
+
+# The dispatch keys of sparse tensors (COO; CSR, CSC, BSR, BSC), and the alias key of the
+# composite kernel nested tensors run (strided and jagged layouts, with or without autograd,
+# in inference mode too). Dense calls never reach these kernels, so they pay nothing for them.
+SPARSE_KEYS = ("SparseCPU", "SparseCUDA", "SparseCsrCPU", "SparseCsrCUDA")
+NESTED_KEY = "CompositeImplicitAutogradNestedTensor"
+for _name, _check, _names in (("mm", check_mm_args, ("a", "b")), ("addmm", check_addmm_args, ("bias", "a", "b")),
+                              ("bmm", check_bmm_args, ("a", "b"))):  # fmt: skip
+    for _key in SPARSE_KEYS:
+        _LIB.impl(_name, _aten_for_sparse(_name, _check, _names), _key)
+    _LIB.impl(_name, _aten_for_nested(_name, _names), NESTED_KEY)
 
 _MM = torch.ops.inductor_mm_plugin.mm.default
 _ADDMM = torch.ops.inductor_mm_plugin.addmm.default
@@ -143,7 +197,12 @@ class _AddmmFunction(torch.autograd.Function):
 
 
 def needs_grad(*tensors: torch.Tensor) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if t is None:
+            return False  # below autograd, where the op's kernel raises torch's TypeError (check_tensor_args)
+    return any(t.requires_grad for t in tensors)
 
 
 # The autograd kernels. ``_AutoDispatchBelowAutograd`` is how torch's own register_autograd

@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..runtime.checks import check_same, fmt_shape
+from ..runtime.checks import check_same, check_tensor_args, fmt_shape
 from ..runtime.launch import mm_launch
-from .matmul import PT2, mm, needs_grad
+from .matmul import PT2, SPARSE_KEYS, mm, needs_grad
 
 OP = "inductor_mm_plugin.mm_swiglu"
 
@@ -59,6 +59,7 @@ def mm_swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
                      out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """The two matmuls on the plugin's kernel (each falls back to aten with a warning where
     the kernel cannot run), then the product in fp32, rounded once."""
+    check_tensor_args(OP, ("x", "w_gate", "w_up"), x, w_gate, w_up)
     check_mm_swiglu_args(OP, x, w_gate, w_up)
     gate = mm_launch(x, w_gate)
     up = mm_launch(x, w_up)
@@ -74,6 +75,18 @@ _LIB = torch.library.Library("inductor_mm_plugin", "FRAGMENT")
 _LIB.define("mm_swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor", tags=PT2)
 _LIB.impl("mm_swiglu", mm_swiglu_launch, "CompositeExplicitAutograd")
 _MM_SWIGLU = torch.ops.inductor_mm_plugin.mm_swiglu.default
+
+
+def _mm_swiglu_sparse(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """Sparse operands: the two matmuls through the op ``mm``, whose sparse kernel runs aten's
+    (with the fallback warning, or raising torch's error), then the same product."""
+    check_tensor_args(OP, ("x", "w_gate", "w_up"), x, w_gate, w_up)
+    check_mm_swiglu_args(OP, x, w_gate, w_up)
+    return (F.silu(mm(x, w_gate).float()) * mm(x, w_up).float()).to(x.dtype)
+
+
+for _key in SPARSE_KEYS:
+    _LIB.impl("mm_swiglu", _mm_swiglu_sparse, _key)
 
 
 def mm_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:

@@ -3,6 +3,7 @@ but the Triton kernel cannot take gets a reason (the op then runs aten, with a w
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 
@@ -82,6 +83,54 @@ def check_addmm_args(op: str, bias: torch.Tensor, a: torch.Tensor, b: torch.Tens
         )
 
 
+def check_tensor_args(op: str, names: Sequence[str], *args) -> None:
+    """Raise torch's TypeError for an argument that is not a tensor. The only such value
+    that reaches a kernel is None: the dispatcher passes None for a ``Tensor`` argument
+    given None (an undefined tensor), where torch.mm's own binding rejects it."""
+    for position, (name, value) in enumerate(zip(names, args), 1):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{op}(): argument '{name}' (position {position}) must be Tensor, not {type(value).__name__}")
+
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def check_scalar(op: str, name: str, value, dtype: torch.dtype):
+    """``beta`` or ``alpha`` as the kernel takes it, or torch.addmm's error for it.
+
+    torch converts both to the dtype's opmath type, float32 for fp16, bf16 and fp32 alike
+    (c10::checked_convert), and raises for a finite value beyond float32's range or a
+    complex one with an imaginary part; inf, nan, bools and ints convert. The kernel
+    computes in float32 too, so it takes the same values (a complex one as its real part).
+    Other dtypes run the aten op, which checks for itself (float64 takes any double).
+    """
+    if dtype not in SUPPORTED_DTYPES:
+        return value
+    real = value.real if isinstance(value, complex) and value.imag == 0 else value
+    if isinstance(real, complex) or (isinstance(real, float) and math.isfinite(real) and abs(real) > _FLOAT32_MAX):
+        raise RuntimeError(f"{op}: value cannot be converted to type float without overflow: {name} = {value!r} "
+                           f"(torch computes {dtype} in float32)")  # fmt: skip
+    return real
+
+
+def layout_unsupported_reason(*tensors: torch.Tensor) -> str | None:
+    """Why the kernel cannot read these tensors' memory (sparse or nested), or None."""
+    for t in tensors:
+        if t.is_nested:
+            return "nested tensors are not supported by the kernel (strided tensors only)"
+        if t.layout != torch.strided:
+            return f"sparse layout {t.layout} is not supported by the kernel (strided tensors only)"
+    return None
+
+
+def check_warmup_device(device: torch.device) -> None:
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"warmup: device {device} was asked for, but CUDA is not available (torch.cuda.is_available() is "
+            "False); device='cpu' warms up the CPU path, which runs under Triton's interpreter (TRITON_INTERPRET=1)"
+        )
+
+
 def kernel_unsupported_reason(*tensors: torch.Tensor) -> str | None:
     """Why the Triton kernel cannot take these (valid) operands, or None when it can."""
     t0 = tensors[0]
@@ -104,6 +153,7 @@ def kernel_unsupported_reason(*tensors: torch.Tensor) -> str | None:
     return None
 
 
-def warn_fallback(op: str, reason: str) -> None:
+def warn_fallback(op: str, reason: str, stacklevel: int = 4) -> None:
     # Deduplicated by Python's warning filter (same text, same place): once per reason.
-    warnings.warn(f"{op}: running the aten op instead of the Triton kernel: {reason}", KernelFallbackWarning, 4)
+    warnings.warn(f"{op}: running the aten op instead of the Triton kernel: {reason}", KernelFallbackWarning,
+                  stacklevel)  # fmt: skip

@@ -17,6 +17,7 @@ at 768^3 on the H200's host, against 11-16 us for torch.mm (docs/performance.md)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -25,7 +26,16 @@ import torch
 from ..configs import MatmulConfig, batch_fits, candidate_configs, heuristic_config
 from ..kernels.matmul import interpreting
 from . import direct, tuning
-from .checks import check_addmm_args, check_bmm_args, check_mm_args, kernel_unsupported_reason, warn_fallback
+from .checks import (
+    check_addmm_args,
+    check_bmm_args,
+    check_mm_args,
+    check_scalar,
+    check_tensor_args,
+    check_warmup_device,
+    kernel_unsupported_reason,
+    warn_fallback,
+)
 from .device import device_guard
 from .layout import bias_mode, input_precision, problem, tf32_a_from_registers, tma_layout
 from .plan import Flags, Plan
@@ -154,24 +164,15 @@ def _plan(a, b, out, bias, alpha, beta, autotune, config, interpreter_bf16) -> P
     return Plan(prob, cfg, layout if cfg.kernel == "tma" else None, flags, a.device)
 
 
-# Triton's interpreter is not thread-safe: concurrent launches raised InterpreterErrors and
-# once returned a wrong result. The GPU path takes no lock.
+# Triton's interpreter is not thread-safe: while a kernel runs it patches triton.language's
+# functions (triton/runtime/interpreter.py, _patch_lang), so kernels in two threads break each
+# other (InterpreterError, and once a wrong result, with 8 threads). Its launches take turns;
+# GPU launches never take the lock.
 _INTERPRETER_LOCK = threading.RLock()
 
 
 def _interpreter_lock():
-    return _INTERPRETER_LOCK if interpreting() else _NO_LOCK
-
-
-class _NoLock:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-_NO_LOCK = _NoLock()
+    return _INTERPRETER_LOCK if interpreting() else contextlib.nullcontext()
 
 
 def candidates_for(a: torch.Tensor, b: torch.Tensor) -> list[MatmulConfig]:
@@ -199,15 +200,24 @@ _ATEN = {"mm": torch.mm, "bmm": torch.bmm}
 
 
 def mm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        check_tensor_args("inductor_mm_plugin.mm", ("a", "b"), a, b)
     return _matmul("mm", a, b, out)
 
 
 def bmm_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        check_tensor_args("inductor_mm_plugin.bmm", ("a", "b"), a, b)
     return _matmul("bmm", a, b, out)
 
 
 def addmm_launch(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta=1, alpha=1,
                  out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    if not (isinstance(bias, torch.Tensor) and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        check_tensor_args("inductor_mm_plugin.addmm", ("bias", "a", "b"), bias, a, b)
+    if type(beta) is not int or type(alpha) is not int:  # an int always converts (int64 < float32's max)
+        beta = check_scalar("inductor_mm_plugin.addmm", "beta", beta, a.dtype)
+        alpha = check_scalar("inductor_mm_plugin.addmm", "alpha", alpha, a.dtype)
     return _matmul("addmm", a, b, out, bias, beta, alpha)
 
 
@@ -291,6 +301,7 @@ def warmup(
     if layout not in ("row", "linear"):
         raise ValueError(f"warmup: layout must be 'row' or 'linear', got {layout!r}")
     device = torch.device(device)
+    check_warmup_device(device)
     chosen = {}
     for shape in shapes:
         shape = tuple(int(s) for s in shape)
