@@ -99,7 +99,7 @@ def _template_choices(choices, a, b, nodes, layout, m, n, k, bias, alpha, beta, 
     else:
         extra = {}
     offered = False
-    if tma.applies(a, b):
+    if tma.applies(layout, a, b):
         # nn.Linear's bias (broadcast along M, alpha = beta = 1) goes into the kernel.
         linear_bias = (bias is not None and alpha == 1 and beta == 1 and tma.static(bias)
                        and tma.known_equal(bias.get_stride()[0], 0))  # fmt: skip
