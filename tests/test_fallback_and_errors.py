@@ -321,6 +321,17 @@ def test_scalar_torch_converts_is_taken_like_torch(dtype, beta, alpha):
     torch.testing.assert_close(got[finite], want[finite], rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_beta_that_rounds_to_zero_in_float32_ignores_the_bias(dtype):
+    # torch's addmm hands BLAS beta as float32: 1e-50 is 0 there, so a NaN bias is ignored.
+    # Before: the launcher decided on the double (not 0), and the kernel computed 0 * NaN.
+    a, b = randn(6, 5, dtype=dtype), randn(5, 4, dtype=dtype)
+    bias = torch.full((4,), float("nan"), dtype=dtype, device=a.device)
+    got = ops.addmm(bias, a, b, beta=1e-50)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got, torch.addmm(bias, a, b, beta=1e-50))
+
+
 # -- arguments that are not tensors
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import struct
 import threading
 import warnings
 from collections.abc import Sequence
@@ -168,8 +169,10 @@ def check_scalar(op: str, name: str, value, dtype: torch.dtype):
     torch converts both to the dtype's opmath type, float32 for fp16, bf16 and fp32 alike
     (c10::checked_convert), and raises for a finite value beyond float32's range or a
     complex one with an imaginary part; inf, nan, bools and ints convert. The kernel
-    computes in float32 too, so it takes the same values (a complex one as its real part).
-    Other dtypes run the aten op, which checks for itself (float64 takes any double).
+    computes in float32 too, so it takes the same values (a complex one as its real part),
+    rounded to float32 here, so that "beta == 0 ignores the bias" holds for a beta that
+    rounds to 0 (1e-50), as in torch's BLAS path. Other dtypes run the aten op, which checks
+    for itself (float64 takes any double).
     """
     if dtype not in SUPPORTED_DTYPES:
         return value
@@ -177,7 +180,7 @@ def check_scalar(op: str, name: str, value, dtype: torch.dtype):
     if isinstance(real, complex) or (isinstance(real, float) and math.isfinite(real) and abs(real) > _FLOAT32_MAX):
         raise RuntimeError(f"{op}: value cannot be converted to type float without overflow: {name} = {value!r} "
                            f"(torch computes {dtype} in float32)")  # fmt: skip
-    return real
+    return struct.unpack("f", struct.pack("f", real))[0] if isinstance(real, float) else real
 
 
 def layout_unsupported_reason(*tensors: torch.Tensor) -> str | None:
