@@ -375,7 +375,7 @@ def test_threads_on_the_interpreter_get_right_results():
     failures = []
 
     def work(i):
-        start.wait()
+        start.wait(timeout=120)
         for j in range(calls):
             # Fresh inputs and a new shape each call: a result computed from another
             # thread's operands, or a plan of another shape, shows as a wrong value.
