@@ -412,7 +412,7 @@ def test_warmup_without_cuda_says_so(monkeypatch):
 
     # Before: AssertionError: Torch not compiled with CUDA enabled.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(RuntimeError, match=r"warmup: device cuda was asked for, but CUDA is not available.*device='cpu'"):
+    with pytest.raises(RuntimeError, match=r"warmup: device cuda was asked for, but CUDA is not available.*'cpu'"):
         warmup([(16, 16, 16)])
 
 

@@ -7,12 +7,14 @@ shape, beta and alpha (0, 1, negative, non-integer), and NaN/+-inf written into 
 operands. Every output element must be NaN exactly where the reference is, +-inf exactly
 where the reference rounded to the output dtype is, and otherwise within the dtype's bound
 (ops/reference.py). The NaN mask is compared with torch's own op as well, where torch
-gets it right (``_torch_op_comparable``). Gradients, and mm_swiglu lightly, on finite inputs.
+gets it right (``_torch_op_comparable``). Gradients, and mm_swiglu lightly, on finite
+inputs.
 
-Budget: 1730 examples a run (the brief: at least 1000), about 45 s of the 120 s this file
-may take on CI's 2-core CPU through Triton's interpreter. Each run draws new examples (derandomize=False); a failure prints the
-falsifying example and a ``@reproduce_failure`` blob, and ``pytest --hypothesis-seed=N``
-replays a whole run. No example database is written (database=None).
+Budget: 1730 examples a run (at least 1000 asked), about 45 s of the 120 s this file may
+take on CI's 2-core CPU through Triton's interpreter. Each run draws new examples
+(derandomize=False); a failure prints the falsifying example and a ``@reproduce_failure``
+blob, and ``pytest --hypothesis-seed=N`` replays a whole run. No example database is
+written (database=None).
 """
 
 import math
@@ -190,8 +192,9 @@ def assert_like_reference(out, a, b, bias=None, *, beta=1, alpha=1, torch_out=No
         bad = finite & ~(err <= bound)
         if bad.any():
             idx = tuple(int(i) for i in bad.nonzero()[0])
-            raise AssertionError(f"{int(bad.sum())} elements outside the {out.dtype} bound; first at {idx}: got "
-                                 f"{out[idx].item()}, expected {ref[idx].item()}, bound {bound[idx].item():.3g}")  # fmt: skip
+            raise AssertionError(f"{int(bad.sum())} elements outside the {out.dtype} bound; first at {idx}: "
+                                 f"got {out[idx].item()}, expected {ref[idx].item()}, "
+                                 f"bound {bound[idx].item():.3g}")  # fmt: skip
 
 
 def _assert_same_mask(what, got, want, out, ref):
@@ -237,7 +240,8 @@ def test_addmm(data, M, N, K, dtype, beta, alpha):
     # double: beta = 1e-50 times a NaN bias is NaN) and another through BLAS (in float32:
     # beta = 0, the bias ignored); the kernel and the reference take the float32 value.
     exact = (beta32, alpha32) == (beta, alpha)
-    torch_out = torch.addmm(bias, a, b, beta=beta, alpha=alpha) if exact and _torch_op_comparable(dtype, alpha) else None
+    comparable = exact and _torch_op_comparable(dtype, alpha)
+    torch_out = torch.addmm(bias, a, b, beta=beta, alpha=alpha) if comparable else None
     assert_like_reference(out, a, b, bias, beta=beta32, alpha=alpha32, torch_out=torch_out)
 
 

@@ -157,7 +157,8 @@ def check_tensor_args(op: str, names: Sequence[str], *args) -> None:
     given None (an undefined tensor), where torch.mm's own binding rejects it."""
     for position, (name, value) in enumerate(zip(names, args), 1):
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{op}(): argument '{name}' (position {position}) must be Tensor, not {type(value).__name__}")
+            given = type(value).__name__
+            raise TypeError(f"{op}(): argument '{name}' (position {position}) must be Tensor, not {given}")
 
 
 _FLOAT32_MAX = torch.finfo(torch.float32).max
