@@ -37,8 +37,13 @@ from inductor_mm_plugin.ops.reference import (
 
 ops = torch.ops.inductor_mm_plugin
 
-# NaN and inf in the operands: numpy, under Triton's interpreter, says so for every kernel.
-pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+pytestmark = [
+    # NaN and inf in the operands: numpy, under Triton's interpreter, says so for every kernel.
+    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
+    # These are properties of the kernel: an aten fallback (with its own NaN rules, e.g. MKL's
+    # alpha == 0) is an error here, not a pass.
+    pytest.mark.filterwarnings("error::inductor_mm_plugin.KernelFallbackWarning"),
+]
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 MAX_DIM = 48  # the interpreter runs a 48^3 matmul in tens of milliseconds
