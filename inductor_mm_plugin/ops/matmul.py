@@ -1045,7 +1045,6 @@ _LIB.impl("addmm", addmm_launch, "CompositeExplicitAutograd")
 _LIB.impl("bmm", bmm_launch, "CompositeExplicitAutograd")
 
 
-
 def _aten_for_sparse(name: str, check, arg_names: tuple[str, ...]):
     """The kernel of op ``name`` for sparse tensors, which the Triton kernel cannot read:
     torch's own op, so its result (with a KernelFallbackWarning) or its error. A sparse
