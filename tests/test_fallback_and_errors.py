@@ -321,6 +321,17 @@ def test_scalar_torch_converts_is_taken_like_torch(dtype, beta, alpha):
     torch.testing.assert_close(got[finite], want[finite], rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_beta_that_rounds_to_zero_in_float32_ignores_the_bias(dtype):
+    # torch's addmm hands BLAS beta as float32: 1e-50 is 0 there, so a NaN bias is ignored.
+    # Before: the launcher decided on the double (not 0), and the kernel computed 0 * NaN.
+    a, b = randn(6, 5, dtype=dtype), randn(5, 4, dtype=dtype)
+    bias = torch.full((4,), float("nan"), dtype=dtype, device=a.device)
+    got = ops.addmm(bias, a, b, beta=1e-50)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got, torch.addmm(bias, a, b, beta=1e-50))
+
+
 # -- arguments that are not tensors
 
 
@@ -364,7 +375,7 @@ def test_threads_on_the_interpreter_get_right_results():
     failures = []
 
     def work(i):
-        start.wait()
+        start.wait(timeout=120)
         for j in range(calls):
             # Fresh inputs and a new shape each call: a result computed from another
             # thread's operands, or a plan of another shape, shows as a wrong value.
@@ -401,7 +412,7 @@ def test_warmup_without_cuda_says_so(monkeypatch):
 
     # Before: AssertionError: Torch not compiled with CUDA enabled.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(RuntimeError, match=r"warmup: device cuda was asked for, but CUDA is not available.*device='cpu'"):
+    with pytest.raises(RuntimeError, match=r"warmup: device cuda was asked for, but CUDA is not available.*'cpu'"):
         warmup([(16, 16, 16)])
 
 

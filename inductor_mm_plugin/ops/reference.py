@@ -2,7 +2,8 @@
 
 The tolerance is the classical bound for a dot product (Higham, *Accuracy and Stability of
 Numerical Algorithms*, 3.1): accumulating K products in fp32 errs by at most about
-K * u32 * sum_k |a_ik| |b_kj|, and rounding the result to the output dtype adds u_out * |c|.
+K * u32 * sum_k |a_ik| |b_kj|, and rounding the result to the output dtype adds u_out * |c|
+(plus, for results that underflow, half a subnormal spacing per rounding).
 TF32 rounds each operand to a 10-bit mantissa first (2 * u_tf32 per product). A factor of
 2 covers the tensor cores' accumulation order. Any real bug (a dropped K slice, a wrong
 stride, a stale tile) shows up as an error of the order of a whole product, far above it.
@@ -20,6 +21,15 @@ UNIT_ROUNDOFF = {
     torch.bfloat16: 2.0**-8,
 }
 TF32_UNIT_ROUNDOFF = 2.0**-11
+# Half the spacing of each dtype's subnormals: the absolute error of a rounding that
+# underflows (Higham 2.1: fl(x) = x (1 + d) + e, |e| at most this). Without it the bound
+# failed a correct fp16 result of -0.0 for beta = 6e-8 times a bias of -0.29 (1.7e-8).
+UNDERFLOW = {
+    torch.float64: 0.0,  # 2**-1075 is not a double; nothing here underflows in float64
+    torch.float32: 2.0**-150,
+    torch.float16: 2.0**-25,
+    torch.bfloat16: 2.0**-134,
+}
 
 
 def matmul_reference(a, b, bias=None, *, beta=1, alpha=1) -> torch.Tensor:
@@ -42,7 +52,8 @@ def error_bound(a, b, bias=None, *, beta=1, alpha=1, out_dtype=None, tf32=False,
     accumulate = (K + 2) * UNIT_ROUNDOFF[torch.float32] + per_product
     if reference is None:
         reference = matmul_reference(a, b, bias, beta=beta, alpha=alpha)
-    return 2 * (accumulate * magnitude + UNIT_ROUNDOFF[out_dtype] * reference.abs()) + 1e-30
+    underflow = (K + 2) * UNDERFLOW[torch.float32] + UNDERFLOW[out_dtype]
+    return 2 * (accumulate * magnitude + UNIT_ROUNDOFF[out_dtype] * reference.abs() + underflow) + 1e-30
 
 
 def assert_matmul_close(out, a, b, bias=None, *, beta=1, alpha=1, tf32=False) -> None:
@@ -92,7 +103,7 @@ def assert_mm_swiglu_close(out, x, w_gate, w_up) -> None:
     """Fail with the worst element when ``out`` is outside the bound for
     ``silu(x @ w_gate) * (x @ w_up)``: each matmul within its own bound (rounded to the
     dtype or not: eager rounds them, the fused template does not), propagated through SiLU
-    and the product, plus the output's rounding, times 2."""
+    and the product, plus the output's rounding (underflow included), times 2."""
     gate, up = _swiglu_matmuls(x, w_gate, w_up)
     silu = torch.nn.functional.silu(gate)
     ref = silu * up
@@ -100,5 +111,6 @@ def assert_mm_swiglu_close(out, x, w_gate, w_up) -> None:
         return
     e_gate, e_up = error_bound(x, w_gate, reference=gate), error_bound(x, w_up, reference=up)
     bound = 2 * (_SILU_LIPSCHITZ * e_gate * (up.abs() + e_up) + silu.abs() * e_up
-                 + (UNIT_ROUNDOFF[out.dtype] + 4 * UNIT_ROUNDOFF[torch.float32]) * ref.abs()) + 1e-30  # fmt: skip
+                 + (UNIT_ROUNDOFF[out.dtype] + 4 * UNIT_ROUNDOFF[torch.float32]) * ref.abs()
+                 + 4 * UNDERFLOW[torch.float32] + UNDERFLOW[out.dtype]) + 1e-30  # fmt: skip
     _assert_within(out, ref, bound)

@@ -4,6 +4,7 @@ but the Triton kernel cannot take gets a reason (the op then runs aten, with a w
 from __future__ import annotations
 
 import math
+import struct
 import warnings
 from collections.abc import Sequence
 
@@ -89,7 +90,8 @@ def check_tensor_args(op: str, names: Sequence[str], *args) -> None:
     given None (an undefined tensor), where torch.mm's own binding rejects it."""
     for position, (name, value) in enumerate(zip(names, args), 1):
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{op}(): argument '{name}' (position {position}) must be Tensor, not {type(value).__name__}")
+            given = type(value).__name__
+            raise TypeError(f"{op}(): argument '{name}' (position {position}) must be Tensor, not {given}")
 
 
 _FLOAT32_MAX = torch.finfo(torch.float32).max
@@ -101,8 +103,10 @@ def check_scalar(op: str, name: str, value, dtype: torch.dtype):
     torch converts both to the dtype's opmath type, float32 for fp16, bf16 and fp32 alike
     (c10::checked_convert), and raises for a finite value beyond float32's range or a
     complex one with an imaginary part; inf, nan, bools and ints convert. The kernel
-    computes in float32 too, so it takes the same values (a complex one as its real part).
-    Other dtypes run the aten op, which checks for itself (float64 takes any double).
+    computes in float32 too, so it takes the same values (a complex one as its real part),
+    rounded to float32 here, so that "beta == 0 ignores the bias" holds for a beta that
+    rounds to 0 (1e-50), as in torch's BLAS path. Other dtypes run the aten op, which checks
+    for itself (float64 takes any double).
     """
     if dtype not in SUPPORTED_DTYPES:
         return value
@@ -110,7 +114,7 @@ def check_scalar(op: str, name: str, value, dtype: torch.dtype):
     if isinstance(real, complex) or (isinstance(real, float) and math.isfinite(real) and abs(real) > _FLOAT32_MAX):
         raise RuntimeError(f"{op}: value cannot be converted to type float without overflow: {name} = {value!r} "
                            f"(torch computes {dtype} in float32)")  # fmt: skip
-    return real
+    return struct.unpack("f", struct.pack("f", real))[0] if isinstance(real, float) else real
 
 
 def layout_unsupported_reason(*tensors: torch.Tensor) -> str | None:
