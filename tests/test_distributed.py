@@ -194,29 +194,29 @@ def gpu_results(world, dtype):
     return _gpu_results[key]
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("world", [1, 2], ids=lambda w: f"world{w}")
+
+def nccl_cases(test):
+    """A GPU test for each world size (1 and 2 GPUs) and dtype."""
+    test = pytest.mark.parametrize("world", [1, 2], ids=lambda w: f"world{w}")(test)
+    test = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)(test)
+    return pytest.mark.gpu(test)
+
+
+@nccl_cases
 def test_gpu_ddp_nccl(world, dtype):
     check_ddp(gpu_results(world, dtype), dtype, "cuda")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("world", [1, 2], ids=lambda w: f"world{w}")
+@nccl_cases
 def test_gpu_ddp_unsplit_nccl(world, dtype):
     check_ddp_unsplit(gpu_results(world, dtype), dtype, "cuda")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("world", [1, 2], ids=lambda w: f"world{w}")
+@nccl_cases
 def test_gpu_ddp_container_nccl(world, dtype):
     check_ddp_container(gpu_results(world, dtype), dtype, "cuda")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("world", [1, 2], ids=lambda w: f"world{w}")
+@nccl_cases
 def test_gpu_fsdp2_nccl(world, dtype):
     check_fsdp2(gpu_results(world, dtype), dtype, "cuda")
