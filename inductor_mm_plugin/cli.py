@@ -162,17 +162,19 @@ def check_options(items: list[str], select: str | None, compete: bool | None) ->
         key, value = item.split("=", 1)
         options[key] = _parse_value(value)
     defaults = compat.inductor_config.get_config_copy()
-    try:
-        _, inductor = split_options(options, set(defaults))
-    except (ValueError, TypeError) as e:
-        raise UsageError(str(e).removeprefix("inductor_mm_plugin: ")) from None
-    for key, value in inductor.items():
+    for key, value in options.items():
+        if key not in defaults:
+            continue  # a plugin key, or unknown: split_options says which
         default = defaults[key]
         kinds = (bool,) if isinstance(default, bool) else (int,) if isinstance(default, int) else \
             (int, float) if isinstance(default, float) else (str,) if isinstance(default, str) else None  # fmt: skip
         if kinds is not None and (not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool))):
             expected = " or ".join(k.__name__ for k in kinds)
             raise UsageError(f"--option {key}: expected a {expected} (the default is {default!r}), got {value!r}")
+    try:
+        split_options(options, compat.inductor_config_types())
+    except (ValueError, TypeError) as e:
+        raise UsageError(str(e).removeprefix("inductor_mm_plugin: ")) from None
     return options
 
 
