@@ -251,7 +251,7 @@ def _model_timing(t: dict) -> str:
     how = "under CUDA graphs" if t["cudagraphs"] else "without CUDA graphs"
     text = (f"stock {t['stock_ms']:.4f} ms, plugin {t['plugin_ms']:.4f} ms: {t['speedup']:.3f}x "
             f"[{t['spread'][0]:.3f}-{t['spread'][1]:.3f}] over {t['rounds']} interleaved rounds {how}: "
-            f"{'plugin ' + t['verdict'] if t['verdict'] != 'within noise' else 'within noise'}")  # fmt: skip
+            f"{'plugin ' + t['verdict'] if t['verdict'] in ('faster', 'slower') else t['verdict']}")  # fmt: skip
     return text + (f" ({t['note']})" if t.get("note") else "")
 
 
