@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..inductor import compat
 from ..inductor.backend import config_patches
+from ..inductor.measure import elapsed_us, graphed, looped
 from ..inductor.options import PLUGIN_KEYS
 from ..inductor.routing import record_sites
 from ..runtime import addmm_launch, bmm_launch, mm_launch
@@ -73,13 +74,13 @@ def interleaved(stock: Callable, plugin: Callable, device: str, *, rounds: int =
         torch.cuda.synchronize()
         if cudagraphs:
             try:
-                arms = {name: _graphed(fn, reps) for name, fn in arms.items()}
+                arms = {name: graphed([fn], reps) for name, fn in arms.items()}
                 graphs = True
             except Exception as e:  # noqa: BLE001  (a model that cannot be captured is timed without)
                 torch.cuda.synchronize()
                 note = f"timed without CUDA graphs: capture failed ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
     if not graphs:
-        arms = {name: _looped(fn, reps) for name, fn in arms.items()}
+        arms = {name: looped([fn], reps) for name, fn in arms.items()}
     times: dict[str, list[float]] = {"stock": [], "plugin": []}
     for i in range(rounds):
         for name in ("stock", "plugin") if i % 2 == 0 else ("plugin", "stock"):
@@ -92,39 +93,12 @@ def _timing(times: list[float]) -> Timing:
     return Timing(statistics.median(times), _quantile(times, 0.2), _quantile(times, 0.8))
 
 
-def _looped(fn: Callable, reps: int) -> Callable:
-    def run():
-        for _ in range(reps):
-            fn()
-
-    return run
-
-
-def _graphed(fn: Callable, reps: int) -> Callable:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    graph.replay()
-    return graph.replay
-
-
 def _elapsed_ms(fn: Callable, device: str) -> float:
-    if not device.startswith("cuda"):
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) * 1e3
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
+    if device.startswith("cuda"):
+        return elapsed_us(fn) / 1e3
+    t = time.perf_counter()
     fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
+    return (time.perf_counter() - t) * 1e3
 
 
 def _site_operands(site: SiteResult, device: str):

@@ -145,23 +145,28 @@ def _interleaved(plugin: list[Callable], aten: list[Callable], graphs: bool) -> 
     torch.cuda.synchronize()
     reps = _reps(plugin[0], aten[0])
     reps = -(-reps // len(plugin)) * len(plugin)  # every copy as often
-    make = _graphed if graphs else _looped
+    make = graphed if graphs else looped
     arms = {"plugin": make(plugin, reps), "aten": make(aten, reps)}
     times: dict[str, list[float]] = {"plugin": [], "aten": []}
     for i in range(ROUNDS):
         for name in ("plugin", "aten") if i % 2 == 0 else ("aten", "plugin"):
-            times[name].append(_elapsed_us(arms[name]) / reps)
+            times[name].append(elapsed_us(arms[name]) / reps)
     ratios = tuple(a / p for a, p in zip(times["aten"], times["plugin"]))
     return Measurement(statistics.median(times["plugin"]), statistics.median(times["aten"]), ratios, graphs)
 
 
 def _reps(*fns: Callable) -> int:
     """Calls per timed region, so that the slower arm's region lasts about _TARGET_US."""
-    longest = max(_elapsed_us(fn) for fn in fns)
+    longest = max(elapsed_us(fn) for fn in fns)
     return max(1, min(_MAX_REPS, int(_TARGET_US / max(longest, 1.0))))
 
 
-def _looped(fns: list[Callable], reps: int) -> Callable:
+# The timing pieces compare's interleaved rounds use too (comparison/timing.py).
+
+
+def looped(fns: list[Callable], reps: int) -> Callable:
+    """``reps`` back-to-back calls, cycling through ``fns``."""
+
     def run():
         for i in range(reps):
             fns[i % len(fns)]()
@@ -169,7 +174,8 @@ def _looped(fns: list[Callable], reps: int) -> Callable:
     return run
 
 
-def _graphed(fns: list[Callable], reps: int) -> Callable:
+def graphed(fns: list[Callable], reps: int) -> Callable:
+    """The replay of a CUDA graph of ``reps`` calls, cycling through ``fns``."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -184,7 +190,8 @@ def _graphed(fns: list[Callable], reps: int) -> Callable:
     return graph.replay
 
 
-def _elapsed_us(fn: Callable) -> float:
+def elapsed_us(fn: Callable) -> float:
+    """``fn``'s GPU time in microseconds, from events around it."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     fn()
