@@ -22,6 +22,7 @@ import os
 import threading
 
 import torch
+import triton
 
 from ..configs import MatmulConfig, batch_fits, candidate_configs, heuristic_config
 from ..kernels.matmul import interpreting
@@ -70,14 +71,8 @@ def _tuning_cache(device: torch.device) -> tuning.TuningCache:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu-interpreter"
     cache = _TUNING_CACHES.get(gpu)
     if cache is None:
-        cache = _TUNING_CACHES[gpu] = tuning.TuningCache(gpu, _triton_version(), tuning.kernel_source_hash())
+        cache = _TUNING_CACHES[gpu] = tuning.TuningCache(gpu, triton.__version__, tuning.kernel_source_hash())
     return cache
-
-
-def _triton_version() -> str:
-    import triton
-
-    return triton.__version__
 
 
 def _time_config(prob, cfg, layout, flags, a, b, out, bias, alpha, beta) -> float:
@@ -232,7 +227,6 @@ def _signature(a, b, out, extra) -> tuple:
 
 
 def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
-    name = f"inductor_mm_plugin.{op}"
     key = None
     if a.is_cuda:
         extra = op if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device, bias.data_ptr() % 16,
@@ -245,6 +239,7 @@ def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
             views = (a[0], b[0], res[0]) if a.dim() == 3 and a.shape[0] == 1 else (a, b, res)
             if _launch_direct(plan, *views, bias if beta != 0 else None, alpha, beta):
                 return res
+    name = f"inductor_mm_plugin.{op}"
     if bias is None:
         _CHECKS[op](name, a, b)
         reason = kernel_unsupported_reason(a, b)
