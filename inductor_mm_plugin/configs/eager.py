@@ -107,7 +107,7 @@ def _tma(p: Problem) -> MatmulConfig:
 def _few_tiles(p: Problem) -> MatmulConfig:
     """Less than a quarter wave of 128 x 128 tiles: the (tile, split) with the most work items
     that still fit one wave (hopper.FEW_TILES)."""
-    best = None
+    best = (tiles(p, 128, 128), 128, 128, 1)  # unsplit 128 x 128 always fits one wave here
     for split in H.FEW_TILES_SPLITS:
         for bm, bn in H.FEW_TILES:
             items = tiles(p, bm, bn) * split
@@ -115,9 +115,9 @@ def _few_tiles(p: Problem) -> MatmulConfig:
                 continue
             if not useful_split(p.K, 64, split):
                 continue
-            if best is None or items > best[0]:  # ties keep fewer splits, then the larger tile
+            if items > best[0]:  # ties keep fewer splits, then the larger tile
                 best = (items, bm, bn, split)
-    _, bm, bn, split = best or (0, 128, 128, 1)
+    _, bm, bn, split = best
     cfg = MatmulConfig("tma", bm, bn, 64, 8, 8 if bm * bn > 128 * 64 else 4, 4, split_k=split,
                        epilogue_subtile=bn >= 128)  # fmt: skip
     return deepest(cfg, p.elem_bytes, 4)
