@@ -57,7 +57,7 @@ class Plan:
     """One call signature's kernel, config, grid and (after the first launch) compiled kernel."""
 
     __slots__ = ("cfg", "problem", "layout", "flags", "grid", "num_tiles", "compiled", "device", "consts", "mid",
-                 "c_tma", "prefetch", "descs", "raw", "encoded")  # fmt: skip
+                 "c_tma", "descs", "raw", "encoded")  # fmt: skip
 
     def __init__(self, problem: Problem, cfg: MatmulConfig, layout: TmaLayout | None, flags: Flags,
                  device: torch.device):  # fmt: skip
@@ -80,17 +80,16 @@ class Plan:
             self.c_tma = layout.c_tma and (p.batch == 1 or p.M % cfg.block_m == 0)
             # Descriptors prefetched as the kernel starts (kernels/matmul_tma.py): A, B, and C
             # when it is stored through one; none in the interpreter.
-            self.prefetch = 0 if interpreting() else 3 if self.c_tma else 2
+            prefetch = 0 if interpreting() else 3 if self.c_tma else 2
             # TF32 wgmma reads only K-major operands from shared memory; an N-major B goes
             # through registers instead, as the first operand (see the kernel).
             self.consts = dict(
                 common, A_KMAJOR=layout.a_kmajor, B_KMAJOR=layout.b_kmajor, C_TMA=self.c_tma,
                 BIAS_MODE=flags.bias_mode, SWAP_AB=tf32 and layout.a_kmajor and not layout.b_kmajor,
-                SPLIT_K=cfg.split_k, EPILOGUE_SUBTILE=cfg.epilogue_subtile, FLATTEN=cfg.flatten, PREFETCH=self.prefetch,
+                SPLIT_K=cfg.split_k, EPILOGUE_SUBTILE=cfg.epilogue_subtile, FLATTEN=cfg.flatten, PREFETCH=prefetch,
             )  # fmt: skip
         else:
             self.grid = (self.num_tiles,)
-            self.prefetch = 0
             # The interpreter does not make strides of 1 constants, so it gets no hint.
             self.consts = dict(common, DIVISOR=1 if interpreting() else pointer_kernel_divisor(p.divisor))
 
