@@ -79,10 +79,6 @@ def passes_in_slot(value: Any) -> list:
     return [value]
 
 
-def inductor_config_keys() -> set[str]:
-    return set(inductor_config.get_config_copy())
-
-
 def inductor_config_types() -> dict[str, Any]:
     """Each Inductor config key with the type torch.compile checks a value for it against:
     ``config.get_type`` (the key's annotation, else its default's type), which is what
