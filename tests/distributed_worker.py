@@ -43,8 +43,8 @@ BATCH = 8  # rows per rank
 
 
 class Stack(nn.Module):
-    """Three bias-free Linear layers. DDP's buckets are sized to one layer's weight
-    (``bucket_bytes``), so compiled DDP splits the graph in three, one per layer."""
+    """Three bias-free Linear layers, GELU between (see Block). DDP's buckets are sized to one
+    layer's weight (``bucket_bytes``), so compiled DDP splits the graph in three, one per layer."""
 
     def __init__(self, dtype, device, d=32, f=64):
         super().__init__()
@@ -54,12 +54,14 @@ class Stack(nn.Module):
         self.bucket_bytes = d * f * dtype.itemsize
 
     def forward(self, x):
-        return self.l2(torch.relu(self.l1(torch.relu(self.l0(x)))))
+        return self.l2(nn.functional.gelu(self.l1(nn.functional.gelu(self.l0(x)))))
 
 
 class Block(nn.Module):
     """A residual MLP block: a class of the user's own, so Dynamo compiles its forward as a
-    frame of its own once FSDP2's hooks split the model at each sharded block."""
+    frame of its own once FSDP2's hooks split the model at each sharded block. GELU, not
+    ReLU: in bf16 a ReLU whose input rounds across 0 flips a whole row of the next layer's
+    gradient, which put either arm (stock too) 20% off float64 at random steps."""
 
     def __init__(self, dtype, device, d=32, f=64):
         super().__init__()
@@ -67,7 +69,7 @@ class Block(nn.Module):
         self.up, self.down = nn.Linear(d, f, **kw), nn.Linear(f, d, **kw)
 
     def forward(self, x):
-        return x + self.down(torch.relu(self.up(x)))
+        return x + self.down(nn.functional.gelu(self.up(x)))
 
 
 class Tower(nn.Module):
@@ -94,6 +96,16 @@ def rel_err(x, ref) -> float:
 def full(t):
     """A whole tensor from a DTensor shard (FSDP2), or the tensor itself."""
     return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def at_parameters(reference: nn.Module, model: nn.Module) -> nn.Module:
+    """A float64 copy of ``reference`` holding ``model``'s current parameters (whole)."""
+    at = copy.deepcopy(reference)
+    with torch.no_grad():
+        for q, p in zip(at.parameters(), model.parameters()):
+            q.copy_(full(p).detach().double().cpu())
+            q.grad = None
+    return at
 
 
 def inputs(rank, world, d, dtype, device, seed, step):
@@ -138,7 +150,7 @@ def wrap(scenario, model, compile_kwargs, rank, world, device):
 def container(stack: Stack) -> nn.Sequential:
     """The same layers in a torch.nn container, whose forward Dynamo never compiles as a frame
     of its own."""
-    seq = nn.Sequential(stack.l0, nn.ReLU(), stack.l1, nn.ReLU(), stack.l2)
+    seq = nn.Sequential(stack.l0, nn.GELU(), stack.l1, nn.GELU(), stack.l2)
     seq.d, seq.bucket_bytes = stack.d, stack.bucket_bytes
     return seq
 
@@ -165,12 +177,19 @@ def train(scenario, rank, world, device, dtype, seed):
     torch._dynamo.reset()
     for step in range(STEPS):
         x, whole = inputs(rank, world, base.d, dtype, device, seed, step)
-        # The reference: the mean over the whole batch is what DDP's (and FSDP's) averaged
-        # gradients of each rank's mean loss are the gradient of.
+        # The mean over the whole batch is what DDP's (and FSDP's) averaged gradients of each
+        # rank's mean loss are the gradient of. The trajectory in float64, for the trained
+        # parameters at the end:
         ref_optimizer.zero_grad()
         reference(whole).square().mean().backward()
-        ref_loss = reference(whole[rank * BATCH:(rank + 1) * BATCH]).square().mean()
+        ref_optimizer.step()
+        seen = whole.to(dtype).double()  # the batch as the arms see it, rounded to dtype
         for arm, model in compiled.items():
+            # Each step's loss and gradients against float64 at the arm's own parameters and
+            # inputs: this step's arithmetic alone, not the drift of earlier steps' roundings.
+            at = at_parameters(reference, arms[arm])
+            at(seen).square().mean().backward()
+            ref_loss = at(seen[rank * BATCH:(rank + 1) * BATCH]).square().mean()
             optimizers[arm].zero_grad()
 
             def run():
@@ -189,9 +208,8 @@ def train(scenario, rank, world, device, dtype, seed):
                 loss = run()
             result["loss"][arm].append(rel_err(loss, ref_loss))
             grads = [full(p.grad) for p in arms[arm].parameters()]
-            result["grad"][arm].append(max(rel_err(g, p.grad) for g, p in zip(grads, reference.parameters())))
+            result["grad"][arm].append(max(rel_err(g, q.grad) for g, q in zip(grads, at.parameters())))
             optimizers[arm].step()
-        ref_optimizer.step()
     for arm, model in arms.items():
         result["param"][arm] = max(rel_err(full(p), q) for p, q in zip(model.parameters(), reference.parameters()))
     if scenario == "ddp_container":

@@ -8,7 +8,10 @@ Triton kernel, in the interpreter here). AOTInductor compiles its C++ with the s
 compiler: about half a minute a test on CI's CPU.
 """
 
+import os
 import re
+import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -38,8 +41,36 @@ class DirectOps(nn.Module):
         return torch.ops.inductor_mm_plugin.bmm(h[None], h.t()[None])[0]
 
 
-AOTI_CRASH = ("aoti_load_package crashed the process (segmentation fault in torch/export/pt2_archive/_package.py "
-              "_load_aoti) on the H200, torch 2.11.0+cu130, 2026-12-01, in all three GPU tests; not isolated")
+# A stock model (no plugin imported) packaged and loaded with AOTInductor, in a process of
+# its own: on the H200 of 2026-12-01 (torch 2.11.0+cu130, driver 580.159.04) the load itself
+# segfaults, in AOTIModelContainerRunnerCuda's constructor, so the GPU AOTInductor tests
+# below can only run where this works.
+STOCK_AOTI = """
+import sys, torch
+model = torch.nn.Linear(64, 32, device="cuda")
+x = torch.randn(8, 64, device="cuda")
+path = torch._inductor.aoti_compile_and_package(torch.export.export(model, (x,)), package_path=sys.argv[1])
+torch.testing.assert_close(torch._inductor.aoti_load_package(path)(x), model(x))
+"""
+
+
+def stock_aoti_failure(tmp: str) -> str | None:
+    """Why a stock AOTInductor package does not run on this CUDA machine, or None if it does."""
+    run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", STOCK_AOTI, os.path.join(tmp, "stock.pt2")],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    if run.returncode == 0:
+        return None
+    died = f"signal {-run.returncode}" if run.returncode < 0 else f"exit {run.returncode}"
+    lines = run.stderr.strip().splitlines() or [""]
+    why = next((line for line in lines if "Fatal Python error" in line), lines[-1])
+    return f"a stock AOTInductor package (no plugin imported) does not load and run here ({died}): {why}"
+
+
+@pytest.fixture(scope="module")
+def cuda_aoti(tmp_path_factory):
+    failure = stock_aoti_failure(str(tmp_path_factory.mktemp("stock_aoti")))
+    if failure:
+        pytest.skip(failure)
 
 
 def aoti_run(model, x, tmp_path, inductor_configs=None):
@@ -105,25 +136,34 @@ class LinearGelu(nn.Module):
 
 
 @pytest.mark.gpu
-@pytest.mark.skip(reason=AOTI_CRASH)
 @pytest.mark.parametrize("compete", [False, True, "auto"])
-def test_gpu_cpp_wrapper_and_aoti_with_templates(tmp_path, compete):
+def test_gpu_cpp_wrapper_with_templates(compete):
     model, x = LinearGelu(), torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
     want = model(x)
     with torch.no_grad(), record_sites() as records:
         out, _, codes = run_compiled(model, x, backend="inductor_mm_plugin",
                                      options={"select": "all", "compete": compete, "cpp_wrapper": True})  # fmt: skip
-    assert records and all(r.routed for r in records)
     torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
+    text = "\n".join(codes)
     if compete is False:
-        assert "inductor_mm_plugin template" in "\n".join(codes)  # the template, epilogue fused
-    out, _ = aoti_run(model, x, tmp_path, inductor_mm_plugin.inductor_options(select="all", compete=compete))
-    torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
+        assert records and all(r.routed for r in records)
+        assert "inductor_mm_plugin template" in text  # the template, epilogue fused
+    # Whatever ran, the C++ wrapper called no Python extern kernel.
+    assert "extern_kernels.inductor_mm_plugin" not in text
 
 
 @pytest.mark.gpu
-@pytest.mark.skip(reason=AOTI_CRASH)
-def test_gpu_aoti_of_the_ops_called_directly(tmp_path):
+@pytest.mark.parametrize("compete", [False, True])
+def test_gpu_aoti_with_templates(tmp_path, compete, cuda_aoti):
+    model, x = LinearGelu(), torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    with record_sites() as records:
+        out, _ = aoti_run(model, x, tmp_path, inductor_mm_plugin.inductor_options(select="all", compete=compete))
+    assert records and all(r.routed for r in records)
+    torch.testing.assert_close(out, model(x), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_aoti_of_the_ops_called_directly(tmp_path, cuda_aoti):
     register_lowerings()
     model, x = DirectOps(torch.bfloat16), torch.randn(64, 16, device="cuda", dtype=torch.bfloat16)
     out, files = aoti_run(model, x, tmp_path)
@@ -132,8 +172,7 @@ def test_gpu_aoti_of_the_ops_called_directly(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skip(reason=AOTI_CRASH)
-def test_gpu_aoti_routed_bmm_and_mm(tmp_path):
+def test_gpu_aoti_routed_bmm_and_mm(tmp_path, cuda_aoti):
     from integration_utils import Block
 
     model = Block(d=64, dtype=torch.bfloat16)
