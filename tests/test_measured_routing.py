@@ -161,3 +161,37 @@ def test_compare_can_be_called_twice():
     for _ in range(2):
         assert callable(inductor_mm_plugin.compare)
         inductor_mm_plugin.compare(MLP(), (x_of(4, 16),), options={"select": "all"}, timing=False)
+
+
+MALFORMED = [
+    {"plugin_us": "fast"},  # ValueError
+    {"plugin_us": 1.0},  # KeyError
+    {"plugin_us": 1, "aten_us": 2, "ratios": None, "graphs": True},  # TypeError
+]
+
+
+@pytest.mark.parametrize("bad", MALFORMED)
+def test_a_malformed_routing_cache_entry_is_measured_again(tmp_path, monkeypatch, bad):
+    from inductor_mm_plugin.runtime import tuning
+
+    store = tuning.RoutingCache("TEST GPU", "3.6.0", "abc", tmp_path, torch="2.11.0")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "TEST GPU")
+    monkeypatch.setattr(tuning, "routing_cache", lambda gpu: store if gpu == "TEST GPU" else None)
+    monkeypatch.setattr(measure, "_MEMORY", {})
+    measured = []
+
+    def fake_measure(op, layouts, dtype, device, alpha, beta, graphs):
+        measured.append(op)
+        return Measurement(8.0, 10.0, (1.25,) * 5, graphs)
+
+    monkeypatch.setattr(measure, "measure", fake_measure)
+    store.put_entry("mm|key", bad)
+    vals = [x_of(4, 16), x_of(16, 32)]
+    hit = measure.cached_or_measure("mm|key", "mm", vals, 1, 1, True)
+    assert measured == ["mm"] and hit.ratio == pytest.approx(1.25)
+    # The new measurement replaced the bad entry, on disk too: a new process reads it back.
+    monkeypatch.setattr(measure, "_MEMORY", {})
+    fresh = tuning.RoutingCache("TEST GPU", "3.6.0", "abc", tmp_path, torch="2.11.0")
+    monkeypatch.setattr(tuning, "routing_cache", lambda gpu: fresh)
+    assert measure.cached_or_measure("mm|key", "mm", vals, 1, 1, True) == hit
+    assert measured == ["mm"]
