@@ -31,9 +31,8 @@ def test_gpu_trainer_with_the_plugin_backend(tmp_path):
     model = tiny_llama().cuda()
     ids = torch.randint(0, 256, (16, 32))
     data = [{"input_ids": row, "labels": row} for row in ids]
-    # TrainingArguments' torch_compile_backend takes only the names in transformers' own
-    # DynamoBackend enum ("'INDUCTOR_MM_PLUGIN' is not a valid DynamoBackend", transformers
-    # 5.17): the model is compiled in place instead, and Trainer trains it as it is.
+    # The Trainer cannot take the backend by name (see the next test): the model is compiled
+    # in place instead, and the Trainer trains it as it is.
     model.compile(backend="inductor_mm_plugin", options={"compete": False})
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=2, logging_steps=1, save_strategy="no",
