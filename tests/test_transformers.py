@@ -1,6 +1,7 @@
 """transformers users: the Trainer with a model compiled by the backend (``TrainingArguments``
-cannot name it: accelerate rejects the name) and ``torch.compile`` of a transformers model. GPU only (transformers is installed on the GPU machine); tiny
-random-init Llama models, nothing downloaded.
+cannot name it: accelerate rejects the name) and ``torch.compile`` of a transformers model.
+GPU only (transformers is installed on the GPU machine); tiny random-init Llama models,
+nothing downloaded.
 
     python3 -m pytest -q -p no:cacheprovider tests/test_transformers.py -m gpu
 """
