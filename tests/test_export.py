@@ -79,18 +79,18 @@ def aoti_package(model, x, tmp_path, inductor_configs=None):
     return path, files
 
 
-def aoti_run(model, x, tmp_path, inductor_configs=None):
-    """Package, load and run: (output, the package's files)."""
-    path, files = aoti_package(model, x, tmp_path, inductor_configs)
-    return torch._inductor.aoti_load_package(path)(x), files
-
-
-def load_and_run(path, x, failure: str | None):
-    """A GPU test's last step: run the package it built and checked, or skip where no
-    AOTInductor package loads (``cuda_aoti_failure``)."""
+def load_and_run(path, x, failure: str | None = None):
+    """Run a package; with ``failure`` (``cuda_aoti_failure``: no package loads here) skip
+    instead, once the test has checked what it built."""
     if failure:
         pytest.skip(f"packaged, not loaded: {failure}")
     return torch._inductor.aoti_load_package(path)(x)
+
+
+def aoti_run(model, x, tmp_path, inductor_configs=None):
+    """Package, load and run: (output, the package's files)."""
+    path, files = aoti_package(model, x, tmp_path, inductor_configs)
+    return load_and_run(path, x), files
 
 
 def extern_ops(files) -> set[str]:
