@@ -180,6 +180,10 @@ def test_compare_refuses_wrapped_models_with_what_to_pass(cpu_results):
 
 _gpu_results = {}
 
+# Each GPU scenario and its checks (the same as on the CPU).
+GPU_CHECKS = {"ddp": check_ddp, "ddp_unsplit": check_ddp_unsplit, "ddp_container": check_ddp_container,
+              "fsdp2": check_fsdp2}  # fmt: skip
+
 
 def gpu_results(world, dtype):
     if torch.cuda.device_count() < world:
@@ -190,34 +194,14 @@ def gpu_results(world, dtype):
     if key not in _gpu_results:  # one launch serves every scenario
         seed = int.from_bytes(os.urandom(4), "little") % 100000
         print(f"distributed GPU runs ({world} ranks, {dtype}) with DIST_SEED={seed}")
-        _gpu_results[key] = launch(["ddp", "ddp_unsplit", "ddp_container", "fsdp2"], world=world, device="cuda",
-                                   dtype=dtype, seed=seed)  # fmt: skip
+        _gpu_results[key] = launch(list(GPU_CHECKS), world=world, device="cuda", dtype=dtype, seed=seed)
     return _gpu_results[key]
 
 
-
-def nccl_cases(test):
-    """A GPU test for each world size (1 and 2 GPUs) and dtype."""
-    test = pytest.mark.parametrize("world", [1, 2], ids=lambda w: f"world{w}")(test)
-    test = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)(test)
-    return pytest.mark.gpu(test)
-
-
-@nccl_cases
-def test_gpu_ddp_nccl(world, dtype):
-    check_ddp(gpu_results(world, dtype), dtype, "cuda")
-
-
-@nccl_cases
-def test_gpu_ddp_unsplit_nccl(world, dtype):
-    check_ddp_unsplit(gpu_results(world, dtype), dtype, "cuda")
-
-
-@nccl_cases
-def test_gpu_ddp_container_nccl(world, dtype):
-    check_ddp_container(gpu_results(world, dtype), dtype, "cuda")
-
-
-@nccl_cases
-def test_gpu_fsdp2_nccl(world, dtype):
-    check_fsdp2(gpu_results(world, dtype), dtype, "cuda")
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("world", [1, 2], ids=lambda w: f"world{w}")
+@pytest.mark.parametrize("scenario", list(GPU_CHECKS))
+def test_gpu_nccl(scenario, world, dtype):
+    """Each scenario on 1 and 2 GPUs, in fp32 and bf16."""
+    GPU_CHECKS[scenario](gpu_results(world, dtype), dtype, "cuda")
