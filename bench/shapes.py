@@ -62,6 +62,8 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the package defines its kernels
 
 import torch
+from inductor_mm_plugin.inductor import shape_table
+from inductor_mm_plugin.inductor.shape_table import is_aligned, shape_class
 from _timing import (
     GraphTimer, add_common_args, append_jsonl, check_rows, config_name, dtype_of, geomean, header, make_operands, matmul_error,
     median, percentile, plugin_runtime, precompile, ratios, read_jsonl, require_cuda, rotating, rotation, rounds,
@@ -192,66 +194,18 @@ def random_shapes(n: int, seed: int, flop_cap=FLOP_CAP, byte_cap=BYTE_CAP, m_ran
 
 
 # ----------------------------------------------------------------------- shape classes
-_M_EDGES = (1, 16, 64, 256, 1024, 4096)  # M buckets: 1, 2-16, 17-64, ..., 1025-4096, >4096
-_NK_EDGES = (1024, 4096)  # N and K buckets: <=1024, 1025-4096, >4096
-
-
-def _bucket(x: int, edges: tuple[int, ...], name: str) -> str:
-    lo = 1
-    for edge in edges:
-        if x <= edge:
-            return f"{name}{lo}-{edge}" if lo != edge else f"{name}{edge}"
-        lo = edge + 1
-    return f"{name}>{edges[-1]}"
-
-
-def shape_class(M: int, N: int, K: int, dtype: str, layout: str, aligned: bool) -> str:
-    """The measurement class of a matmul, e.g. ``"16bit/linear/aligned/M17-64/N>4096/K1025-4096"``.
-
-    What decides which kernel runs and how well it does: the element width (bf16 and fp16
-    take the same kernels; fp32 TF32 others), B's layout (``row`` or ``linear``), whether the
-    rows are 16-byte aligned (TMA or the pointer kernel), M (decode sizes take split-K and
-    narrow tiles), and N, K (waves of tiles, split-K). Buckets on powers of four, so that a
-    log-uniform draw fills them evenly: M 1, 2-16, 17-64, 65-256, 257-1024, 1025-4096, >4096;
-    N and K <=1024, 1025-4096, >4096 (252 classes per width). ``dtype``: "bf16", "fp16" or
-    "fp32"; ``aligned``: N and K multiples of 16 bytes' worth of elements (``is_aligned``)."""
-    width = "fp32" if dtype in ("fp32", "tf32") else "16bit"
-    return "/".join((width, layout, "aligned" if aligned else "unaligned", _bucket(M, _M_EDGES, "M"),
-                     _bucket(N, _NK_EDGES, "N"), _bucket(K, _NK_EDGES, "K")))  # fmt: skip
-
-
-def is_aligned(N: int, K: int, dtype: str) -> bool:
-    """Rows of A, B and the result start 16 bytes apart (what TMA needs) in either layout."""
-    per16 = 4 if dtype in ("fp32", "tf32") else 8
-    return N % per16 == 0 and K % per16 == 0
-
-
-def verdict(ratios_: list[float]) -> str:
-    """``plugin`` where the kernel wins or ties (geomean >= 1.00 and every row >= 0.92),
-    ``stock`` where it loses (geomean < 0.97 or a row < 0.85), else ``close``; ``few`` under 3 rows."""
-    if len(ratios_) < 3:
-        return "few"
-    g, lo = geomean(ratios_), min(ratios_)
-    if g < 0.97 or lo < 0.85:
-        return "stock"
-    return "plugin" if g >= 1.0 and lo >= 0.92 else "close"
+# shape_class, is_aligned and the class table live in the package (inductor/shape_table.py):
+# the routing pass reads the committed table to skip timing sure losers.
 
 
 def class_summary(rows: list[dict]) -> dict:
-    """shape_class -> n, geomean, p10, min, verdict, worst (shape of its lowest row)."""
-    by: dict[str, list[dict]] = {}
-    for r in rows:
-        if r.get("ratio"):
-            by.setdefault(r["shape_class"], []).append(r)
-    out = {}
-    for key in sorted(by):
-        rs = by[key]
-        xs = [r["ratio"] for r in rs]
-        worst = min(rs, key=lambda r: r["ratio"])
-        out[key] = {"n": len(xs), "geomean": round(geomean(xs), 4), "p10": round(percentile(xs, 10), 4),
-                    "min": round(min(xs), 4), "verdict": verdict(xs),
-                    "worst": f"{worst['M']}x{worst['N']}x{worst['K']} {worst['dtype']} {worst['layout']}"}  # fmt: skip
-    return out
+    """shape_class -> n, best, worst, geomean, verdict (shape_table.build) and the shape of its
+    lowest row."""
+    classes = shape_table.build(rows)
+    for cls, entry in classes.items():
+        worst = min((r for r in rows if r.get("ratio") and r["shape_class"] == cls), key=lambda r: r["ratio"])
+        entry["worst_shape"] = f"{worst['M']}x{worst['N']}x{worst['K']} {worst['dtype']} {worst['layout']}"
+    return classes
 
 
 # ---------------------------------------------------------------------------- timing
@@ -359,9 +313,12 @@ def report(rows: list[dict], suite: str) -> str:
     return "\n".join(lines)
 
 
-def write_classes(jsonl: pathlib.Path, out_dir: pathlib.Path, meta: dict | None = None) -> dict:
+def write_classes(jsonl: pathlib.Path, out_dir: pathlib.Path, meta: dict | None = None, routing_table: bool = False,
+                  command: str = "") -> dict:  # fmt: skip
     """``<out_dir>/shapes-classes.json`` from every row of ``jsonl`` with ``meta``'s GPU and
-    commit (default: the last row's): all the runs at that commit so far."""
+    commit (default: the last row's): all the runs at that commit so far. ``routing_table``:
+    also the package's table for this GPU (inductor/shape_tables/), which the routing pass
+    reads; commit it with the rows it came from."""
     all_rows = read_jsonl(jsonl)
     if meta is None:
         if not all_rows:
@@ -373,14 +330,22 @@ def write_classes(jsonl: pathlib.Path, out_dir: pathlib.Path, meta: dict | None 
     doc = {
         "gpu": meta["gpu"], "commit": meta["commit"], "torch": meta["torch"], "triton": meta["triton"],
         "date": meta["date"], "rows": len(rows), "seeds": sorted({r.get("seed") for r in rows}, key=str),
-        "key": "width/layout/alignment/M bucket/N bucket/K bucket (shape_class in bench/shapes.py)",
-        "verdict": " ".join(verdict.__doc__.split()),
+        "key": "width/layout/alignment/M bucket/N bucket/K bucket (inductor/shape_table.py: shape_class)",
+        "verdict": (f"loses: >= {shape_table.MIN_ROWS} rows, the best under {shape_table.LOSES_BELOW:.3f}x cuBLAS; "
+                    f"wins: >= {shape_table.MIN_ROWS} rows, the worst over {shape_table.WINS_ABOVE:.2f}x; "
+                    "else measure (GPU time: cuBLAS ms / plugin ms)"),
+        "command": command,
         "classes": classes,
     }  # fmt: skip
     import json
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "shapes-classes.json").write_text(json.dumps(doc, indent=1) + "\n")
+    if routing_table:
+        path = shape_table.TABLES / f"{shape_table._slug(meta['gpu'])}.json"
+        slim = {k: {f: v[f] for f in ("n", "best", "worst", "verdict")} for k, v in classes.items()}
+        path.write_text(json.dumps({**doc, "classes": slim}, indent=1) + "\n")
+        print(f"routing table: {sum(v['verdict'] != 'measure' for v in slim.values())} sure classes -> {path}")
     return classes
 
 
@@ -398,13 +363,17 @@ def main(argv=None):
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a dry run through Triton's interpreter on tiny shapes (the logic, not the numbers)")
     p.add_argument("--list", action="store_true", help="print the shapes and exit (no GPU needed)")
+    p.add_argument("--routing-table", action="store_true",
+                   help="also write the package's routing table for this GPU (inductor/shape_tables/) from the "
+                        "rows at this commit: the routing pass then skips timing the classes it is sure of")  # fmt: skip
     p.add_argument("--classes-from", metavar="JSONL", default=None,
                    help="only rewrite <out>/shapes-classes.json from this file's rows at its last row's GPU and "
                         "commit (no GPU needed), e.g. after appending a device run's rows to bench/results")  # fmt: skip
     add_common_args(p, "shapes.jsonl, and shapes-classes.json rewritten", jobs=True)
     args = p.parse_args(argv)
     if args.classes_from:
-        classes = write_classes(pathlib.Path(args.classes_from), pathlib.Path(args.out))
+        classes = write_classes(pathlib.Path(args.classes_from), pathlib.Path(args.out),
+                                routing_table=args.routing_table, command=" ".join(["bench/shapes.py", *sys.argv[1:]]))
         print(f"{len(classes)} classes -> {pathlib.Path(args.out) / 'shapes-classes.json'}")
         return
 
@@ -461,11 +430,12 @@ def main(argv=None):
         if not cpu:
             torch.cuda.empty_cache()
     print(f"timed {len(todo)} shapes in {time.time() - t0:.0f}s", flush=True)
-    classes = write_classes(out_dir / "shapes.jsonl", out_dir, meta)
-    losing = {k: v for k, v in classes.items() if v["verdict"] == "stock"}
-    print(f"\nshape classes with rows at this commit: {len(classes)}; verdict 'stock' (kernel loses): {len(losing)}")
+    classes = write_classes(out_dir / "shapes.jsonl", out_dir, meta, routing_table=args.routing_table,
+                            command=" ".join(["bench/shapes.py", *sys.argv[1:]]))  # fmt: skip
+    losing = {k: v for k, v in classes.items() if v["verdict"] == "loses"}
+    print(f"\nshape classes with rows at this commit: {len(classes)}; sure losers: {len(losing)}")
     for k, v in sorted(losing.items(), key=lambda kv: kv[1]["geomean"])[:15]:
-        print(f"  {k:48s} n={v['n']:3d} geomean {v['geomean']:.3f} min {v['min']:.3f}  worst {v['worst']}")
+        print(f"  {k:48s} n={v['n']:3d} geomean {v['geomean']:.3f} best {v['best']:.3f}  worst {v['worst_shape']}")
     print()
     for suite in ("random", "models", "tf32"):
         rows = [r for r in results if r["suite"] == suite]

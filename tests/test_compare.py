@@ -308,11 +308,12 @@ def test_swiglu_pair_is_timed_only_when_it_fuses():
     pair compiles as two matmuls, and it returns None."""
     from inductor_mm_plugin.comparison.report import SiteResult
     from inductor_mm_plugin.comparison.timing import _time_swiglu_pair
+    from inductor_mm_plugin.inductor.options import PluginOptions
 
     site = SiteResult(graph=0, module="gate", op="mm", phase="forward", shapes=[[8, 16], [16, 24]],
                       dtype="float32", strides=[[16, 1], [1, 16]], routed=True, reason="", fused="swiglu")  # fmt: skip
-    assert _time_swiglu_pair(site, {"fuse_swiglu": False}, DEVICE, 1, 2, False) is None
-    times = _time_swiglu_pair(site, {"fuse_swiglu": True}, DEVICE, 1, 2, False)
+    assert _time_swiglu_pair(site, PluginOptions(fuse_swiglu=False), {}, DEVICE, 1, 2, False) is None
+    times = _time_swiglu_pair(site, PluginOptions(fuse_swiglu=True), {}, DEVICE, 1, 2, False)
     assert times is not None and all(t > 0 for t in times)
 
 

@@ -49,7 +49,7 @@ def test_auto_routes_only_the_site_measured_faster(as_if_cuda):
                                    options={"select": "all", "compete": "auto"})  # fmt: skip
     by_module = {r.site.module: r for r in records}
     assert by_module["up"].routed and not by_module["down"].routed
-    assert "stays on stock" in by_module["down"].reason and "measured 10.0 us against aten's 9.0 us" in by_module["down"].reason
+    assert "stays on stock" in by_module["down"].reason and "GPU time 10.0 us against aten's 9.0 us" in by_module["down"].reason
     assert by_module["up"].measured.ratio == pytest.approx(1.25)
     assert len(measured) == 2
     check_code_matches(records, codes)
@@ -172,11 +172,9 @@ MALFORMED = [
 
 @pytest.mark.parametrize("bad", MALFORMED)
 def test_a_malformed_routing_cache_entry_is_measured_again(tmp_path, monkeypatch, bad):
-    from inductor_mm_plugin.runtime import tuning
-
-    store = tuning.RoutingCache("TEST GPU", "3.6.0", "abc", tmp_path, torch="2.11.0")
+    store = measure.RoutingCache("TEST GPU", "3.6.0", "abc", tmp_path, torch="2.11.0")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "TEST GPU")
-    monkeypatch.setattr(tuning, "routing_cache", lambda gpu: store if gpu == "TEST GPU" else None)
+    monkeypatch.setattr(measure, "routing_cache", lambda gpu: store if gpu == "TEST GPU" else None)
     monkeypatch.setattr(measure, "_MEMORY", {})
     measured = []
 
@@ -191,7 +189,49 @@ def test_a_malformed_routing_cache_entry_is_measured_again(tmp_path, monkeypatch
     assert measured == ["mm"] and hit.ratio == pytest.approx(1.25)
     # The new measurement replaced the bad entry, on disk too: a new process reads it back.
     monkeypatch.setattr(measure, "_MEMORY", {})
-    fresh = tuning.RoutingCache("TEST GPU", "3.6.0", "abc", tmp_path, torch="2.11.0")
-    monkeypatch.setattr(tuning, "routing_cache", lambda gpu: fresh)
+    fresh = measure.RoutingCache("TEST GPU", "3.6.0", "abc", tmp_path, torch="2.11.0")
+    monkeypatch.setattr(measure, "routing_cache", lambda gpu: fresh)
     assert measure.cached_or_measure("mm|key", "mm", vals, 1, 1, True) == hit
     assert measured == ["mm"]
+
+
+def test_routing_cache_keeps_measurements_apart_from_tuning(tmp_path):
+    """The measured routing decisions live in a file of their own, keyed by the torch version
+    too, and an entry written by one process is read by the next; an entry that is not a
+    measurement is never read back."""
+    from inductor_mm_plugin.runtime.tuning import TuningCache
+
+    entry = Measurement(1.0, 2.0, (2.0,), True, 3.0, 4.0).to_json()
+    a = measure.RoutingCache("NVIDIA H200", "3.6.0", "abc", tmp_path, torch="2.11.0")
+    a.put_entry("mm|bfloat16|...", entry)
+    a.put_entry("mm|old", {"plugin_us": 1.0, "aten_us": 2.0, "ratios": [2.0], "graphs": True})  # before host times
+    b = measure.RoutingCache("NVIDIA H200", "3.6.0", "abc", tmp_path, torch="2.11.0")
+    assert Measurement.from_json(b.get_entry("mm|bfloat16|...")) == Measurement(1.0, 2.0, (2.0,), True, 3.0, 4.0)
+    assert b.get_entry("mm|old") is None
+    assert measure.RoutingCache("NVIDIA H200", "3.6.0", "abc", tmp_path, torch="2.13.0").get_entry("mm|bfloat16|...") is None
+    tuning = TuningCache("NVIDIA H200", "3.6.0", "abc", tmp_path)
+    assert tuning.path != a.path and tuning.get("mm|bfloat16|...") is None
+
+
+def test_host_cost_counts_only_without_cuda_graphs_and_where_it_outlasts_the_kernel():
+    """GPU time decides; a compile without CUDA graphs also needs the plugin not to lose on the
+    larger of GPU time and host cost per call (measure.py's rule)."""
+    gpu_win = (1.25,) * 5
+    # Host cost under the kernels' GPU time: GPU time alone decides.
+    assert Measurement(8.0, 10.0, gpu_win, False, 5.0, 3.0).faster
+    # A kernel shorter than its launch path, without CUDA graphs: the host decides too.
+    slow_host = Measurement(8.0, 10.0, gpu_win, False, 14.0, 4.0)
+    assert slow_host.host_bound and not slow_host.faster and "host-bound" in slow_host.describe()
+    # The same under CUDA graphs: host cost never reaches the step.
+    assert Measurement(8.0, 10.0, gpu_win, True, 14.0, 4.0).faster
+    # Both host-bound, the plugin's launch no costlier than what aten's step pays: routed.
+    assert Measurement(8.0, 10.0, gpu_win, False, 9.0, 11.0).faster
+
+
+def test_from_json_refuses_what_is_not_a_measurement():
+    good = Measurement(1.0, 2.0, (2.0, 1.9), False, 3.0, 4.0).to_json()
+    assert Measurement.from_json(good) == Measurement(1.0, 2.0, (2.0, 1.9), False, 3.0, 4.0)
+    for bad in ({**good, "ratios": []}, {**good, "graphs": "no"}, {**good, "plugin_us": float("nan")},
+                {**good, "aten_us": -1.0}, {k: v for k, v in good.items() if k != "plugin_host_us"}):  # fmt: skip
+        with pytest.raises((KeyError, TypeError, ValueError)):
+            Measurement.from_json(bad)

@@ -218,17 +218,3 @@ def test_unwritable_folder_never_retunes_within_a_process(tmp_path, how):
     assert autotune("other", CANDIDATES, timer, cache) == CANDIDATES[1]
     assert len(timer.calls) == calls, "re-timed a bucket tuned before in this process"
     assert not cache.path.exists()
-
-
-def test_routing_cache_keeps_measurements_apart_from_tuning(tmp_path):
-    """The measured routing decisions (inductor/measure.py) live in a file of their own, keyed
-    by the torch version too, and an entry written by one process is read by the next."""
-    from inductor_mm_plugin.runtime.tuning import RoutingCache
-
-    a = RoutingCache("NVIDIA H200", "3.6.0", "abc", tmp_path, torch="2.11.0")
-    a.put_entry("mm|bfloat16|...", {"plugin_us": 1.0, "aten_us": 2.0, "ratios": [2.0], "graphs": True})
-    b = RoutingCache("NVIDIA H200", "3.6.0", "abc", tmp_path, torch="2.11.0")
-    assert b.get_entry("mm|bfloat16|...")["aten_us"] == 2.0
-    assert RoutingCache("NVIDIA H200", "3.6.0", "abc", tmp_path, torch="2.13.0").get_entry("mm|bfloat16|...") is None
-    tuning = TuningCache("NVIDIA H200", "3.6.0", "abc", tmp_path)
-    assert tuning.path != a.path and tuning.get("mm|bfloat16|...") is None

@@ -44,13 +44,14 @@ import torch.nn as nn
 
 from .. import __version__
 from ..inductor import compat, plan_file
-from ..inductor.backend import config_patches
+from ..inductor.backend import parse_options, patches_for
 from ..inductor.measure import MARGIN
-from ..inductor.options import PLUGIN_KEYS
+from ..inductor.options import PluginOptions
 from ..inductor.routing import SiteRecord, record_sites
 from ..inductor.selection import RootInfo, root_from_dynamo
 from ..kernels.matmul import interpreting
 from ..ops.reference import UNIT_ROUNDOFF
+from .profile import profile_step, site_key
 from .report import CompareError, Error, GraphResult, Report, SiteResult
 from .timing import ROUNDS, interleaved, time_sites
 
@@ -122,6 +123,33 @@ class _Graph:
     inputs: list = dataclasses.field(default_factory=list)  # the args of its first call
 
 
+class _Arms:
+    """Dynamo's capture of the model, each graph compiled by both arms: ``backend`` is the
+    torch.compile backend that does it; ``arm`` says which arm the compiled model runs."""
+
+    def __init__(self, plugin: PluginOptions, inductor: dict, progress):
+        self.plugin, self.inductor, self.progress = plugin, inductor, progress
+        self.graphs: list[_Graph] = []
+        self.arm, self.record_inputs = "stock", False
+
+    def backend(self, gm, graph_inputs):
+        index = len(self.graphs)
+        self.progress(f"graph {index}: compiling the stock and plugin arms ({len(gm.graph.nodes)} nodes)")
+        root = root_from_dynamo() or RootInfo()
+        stock = compat.compile_fx(copy.deepcopy(gm), graph_inputs, config_patches=dict(self.inductor))
+        patches = patches_for(self.plugin, self.inductor, root=root, label=index)
+        entry = _Graph(index, copy.deepcopy(gm), stock, compat.compile_fx(copy.deepcopy(gm), graph_inputs,
+                                                                         config_patches=patches))  # fmt: skip
+        self.graphs.append(entry)
+
+        def run(*args):
+            if self.record_inputs and not entry.inputs:
+                entry.inputs = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+            return (entry.stock if self.arm == "stock" else entry.plugin)(*args)
+
+        return run
+
+
 def compare(
     model: nn.Module | Callable,
     example_inputs,
@@ -143,67 +171,37 @@ def compare(
                 None means: when the output is a scalar that requires grad.
     cudagraphs: time under CUDA graphs (default: on CUDA, for inference; a training step is
                 timed without); ``rounds`` interleaved rounds of ``reps`` calls per arm.
-    write_plan: a path: write a routing plan of where the plugin won (plan_file.py).
+    write_plan: a path: write a routing plan of where the plugin's kernels won in the model
+                (plan_file.py).
     """
     progress = _Progress(quiet)
-    options = dict(options or {})
+    plugin_options, inductor = parse_options(options)  # the one parse: the typed pair goes down
+    for name, value in (("rounds", rounds), ("reps", reps), ("warmup", warmup)):
+        if not isinstance(value, int) or value < (0 if name == "warmup" else 1):
+            raise ValueError(f"inductor_mm_plugin.compare: {name} must be an int >= {0 if name == 'warmup' else 1}, "
+                             f"got {value!r}")  # fmt: skip
     _check_unwrapped(model)
     if not torch.cuda.is_available():  # interpreter times mean nothing: keep them short
         warmup, reps, rounds = min(warmup, 1), min(reps, 3), min(rounds, 3)
-    inductor_only = {k: v for k, v in options.items() if k not in PLUGIN_KEYS}
     example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     params = [p for p in model.parameters()] if isinstance(model, nn.Module) else []
     device = str(next((t.device for t in _tensors(example_inputs) + params), torch.device("cpu")))
+    cuda = device.startswith("cuda")
     dtype = _float_dtype(list(example_inputs) + params)
 
-    # The float64 reference first: an upcast copy of the model, so nothing is shared.
     progress("float64 eager reference")
-    reference = "float64 eager (upcast copy of the model and its inputs)"
-    try:
-        ref_model = copy.deepcopy(model)
-        if isinstance(ref_model, nn.Module):
-            ref_model = ref_model.to(torch.float64)
-        ref_out, ref_grads, trained = _run(ref_model, _upcast(example_inputs), train)
-    except Exception as e:  # noqa: BLE001  (an op without float64 support, for example)
-        reference = f"float32 eager (float64 failed: {type(e).__name__}: {str(e).splitlines()[0][:100]})"
-        ref_model = copy.deepcopy(model)
-        if isinstance(ref_model, nn.Module):
-            ref_model = ref_model.float()
-        try:
-            ref_out, ref_grads, trained = _run(ref_model, _upcast(example_inputs, torch.float32), train)
-        except Exception as e2:  # noqa: BLE001
-            raise CompareError(f"the model does not run eagerly: {type(e2).__name__}: {e2}") from e2
-    train = trained
+    ref_out, ref_grads, train, reference = _reference(model, example_inputs, train)
 
-    graphs: list[_Graph] = []
-    state = {"arm": "stock", "record_inputs": False}
-
-    def capture(gm, graph_inputs):
-        index = len(graphs)
-        progress(f"graph {index}: compiling the stock and plugin arms ({len(gm.graph.nodes)} nodes)")
-        root = root_from_dynamo() or RootInfo()
-        stock = compat.compile_fx(copy.deepcopy(gm), graph_inputs, config_patches=dict(inductor_only))
-        plugin = compat.compile_fx(copy.deepcopy(gm), graph_inputs,
-                                   config_patches=config_patches(options, root=root, label=index))  # fmt: skip
-        entry = _Graph(index, copy.deepcopy(gm), stock, plugin)
-        graphs.append(entry)
-
-        def run(*args):
-            if state["record_inputs"] and not entry.inputs:
-                entry.inputs = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
-            return (entry.stock if state["arm"] == "stock" else entry.plugin)(*args)
-
-        return run
-
+    arms = _Arms(plugin_options, inductor, progress)
     # Caches off for this compare: a cache hit would skip the routing pass, and the site
     # table is what the pass decided.
     with compat.fresh_inductor_cache(), record_sites() as records:
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend=capture)
+        compiled = torch.compile(model, backend=arms.backend)
         outs, grads = {}, {}
         for arm in ("stock", "plugin"):
             progress(f"running the {arm} arm" + (" (forward + backward)" if train else ""))
-            state.update(arm=arm, record_inputs=arm == "stock")
+            arms.arm, arms.record_inputs = arm, arm == "stock"
             try:
                 outs[arm], grads[arm], _ = _run(compiled, example_inputs, train)
             except CompareError:
@@ -212,13 +210,16 @@ def compare(
                 raise CompareError(f"the model does not compile or run under torch.compile: {type(e).__name__}: {e}") from e
         if not records:
             raise CompareError("the model has no matmul (aten.mm, aten.addmm or aten.bmm) in its compiled graphs")
-        # Timing the model step before Dynamo forgets the compiled frames.
-        graphs_on = device.startswith("cuda") and (cudagraphs if cudagraphs is not None else not train)
-        model_timing = None
+        arms.record_inputs = False
+        steps = {arm: _step(compiled, arms, arm, example_inputs, train) for arm in ("stock", "plugin")}
+        # Timing and profiling the model step before Dynamo forgets the compiled frames.
+        graphs_on = cuda and (cudagraphs if cudagraphs is not None else not train)
+        model_timing, profiles = None, {}
         if timing:
             progress(f"timing the model step in {rounds} interleaved rounds")
-            state["record_inputs"] = False
-            model_timing = _time_model(compiled, state, example_inputs, train, device, rounds, warmup, reps, graphs_on)
+            model_timing = _time_model(steps, device, rounds, warmup, reps, graphs_on)
+            progress("profiling each arm's step: the GPU time of every matmul")
+            profiles = {arm: profile_step(step) for arm, step in steps.items()} if cuda else {}
         torch._dynamo.reset()
 
     tolerance = TOLERANCE.get(dtype, 1e-3)
@@ -230,21 +231,23 @@ def compare(
         }  # fmt: skip
         model_result["ok"] = model_result["ok"] and all(g["ok"] for g in model_result["grads"].values())
 
-    if model_timing is not None:
-        model_result["timing"] = model_timing
     progress("per-graph numerics" + (" and timing" if timing else ""))
     graph_results = [_graph_result(g, records, tolerance, device, timing, rounds, warmup, reps, graphs_on)
-                     for g in graphs]  # fmt: skip
-
+                     for g in arms.graphs]  # fmt: skip
     sites = [_site_result(r) for r in records]
     if timing:
-        progress(f"timing {sum(s.routed and not s.timed for s in sites)} routed sites against aten")
-        time_sites(sites, options, device, warmup, reps, graphs_on)
+        _from_profiles(sites, profiles)
+        progress(f"timing {sum(s.routed and not s.timed for s in sites)} routed sites the profile could not see")
+        time_sites(sites, plugin_options, inductor, device, warmup, reps, graphs_on)
+        model_result["timing"] = model_timing
+        if profiles.get("stock") and profiles.get("plugin"):
+            model_result["profile"] = _profile_summary(profiles, model_timing)
+        if plugin_options.plan is not None:
+            model_result["plan_check"] = _plan_check(plugin_options.plan, model, model_timing)
     if write_plan is not None:
         _write_plan(write_plan, records, sites, model)
 
-    meaningful = device.startswith("cuda")
-    note = "" if meaningful else (
+    note = "" if cuda or not timing else (
         "times on the CPU are not meaningful: the plugin's kernels run in Triton's interpreter"
         if interpreting() else "times on the CPU are not meaningful")  # fmt: skip
     import triton
@@ -252,15 +255,42 @@ def compare(
     progress("done")
     return Report(
         versions={"torch": torch.__version__, "triton": triton.__version__, "plugin": __version__},
-        device=torch.cuda.get_device_name(torch.device(device)) if meaningful else "cpu",
-        timing_meaningful=meaningful,
+        device=torch.cuda.get_device_name(torch.device(device)) if cuda else "cpu",
+        timing_meaningful=cuda,
         timing_note=note,
         reference=reference,
         graphs=graph_results,
         sites=sites,
         model=model_result,
-        options={k: (v if isinstance(v, (str, bool, int, float)) else repr(v)) for k, v in options.items()},
+        options={k: (v if isinstance(v, (str, bool, int, float)) else repr(v)) for k, v in (options or {}).items()},
     )
+
+
+def _reference(model, inputs, train):
+    """(output, grads, whether backward ran, what the reference is): an upcast copy of the
+    model on upcast inputs, float64, else float32 where float64 does not run."""
+    try:
+        ref_model = copy.deepcopy(model)
+        if isinstance(ref_model, nn.Module):
+            ref_model = ref_model.to(torch.float64)
+        return (*_run(ref_model, _upcast(inputs), train), "float64 eager (upcast copy of the model and its inputs)")
+    except Exception as e:  # noqa: BLE001  (an op without float64 support, for example)
+        reference = f"float32 eager (float64 failed: {type(e).__name__}: {str(e).splitlines()[0][:100]})"
+    ref_model = copy.deepcopy(model)
+    if isinstance(ref_model, nn.Module):
+        ref_model = ref_model.float()
+    try:
+        return (*_run(ref_model, _upcast(inputs, torch.float32), train), reference)
+    except Exception as e2:  # noqa: BLE001
+        raise CompareError(f"the model does not run eagerly: {type(e2).__name__}: {e2}") from e2
+
+
+def _step(compiled, arms: _Arms, arm: str, inputs, train) -> Callable:
+    def step():
+        arms.arm = arm
+        _run(compiled, inputs, train)
+
+    return step
 
 
 def _run(fn, inputs, train):
@@ -322,7 +352,7 @@ def _site_result(r: SiteRecord) -> SiteResult:
         shapes=[concrete(x) for x in s.shapes], dtype=s.dtypes[-1], strides=[concrete(x) for x in s.strides],
         routed=r.routed, reason=r.reason, compete=r.compete.value if r.compete else None, fused=r.fused,
         plugin_ms=measured.plugin_us / 1e3 if measured else None, aten_ms=measured.aten_us / 1e3 if measured else None,
-        timed="kernel" if measured else None,
+        timed="kernel" if measured else None, offsets=list(s.offsets),
     )  # fmt: skip
 
 
@@ -352,17 +382,9 @@ def _check_unwrapped(model) -> None:
                            "Compare the model before sharding it, on one rank")  # fmt: skip
 
 
-def _time_model(compiled, state, inputs, train, device, rounds, warmup, reps, cudagraphs) -> dict:
+def _time_model(steps: dict, device, rounds, warmup, reps, cudagraphs) -> dict:
     """The whole model step, stock against plugin, in interleaved rounds."""
-
-    def arm(name):
-        def step():
-            state["arm"] = name
-            _run(compiled, inputs, train)
-
-        return step
-
-    ab = interleaved(arm("stock"), arm("plugin"), device, rounds=rounds, reps=reps, warmup=warmup,
+    ab = interleaved(steps["stock"], steps["plugin"], device, rounds=rounds, reps=reps, warmup=warmup,
                      cudagraphs=cudagraphs)  # fmt: skip
     return {"stock_ms": ab.stock.median_ms, "plugin_ms": ab.plugin.median_ms, "speedup": ab.speedup,
             "spread": list(ab.spread), "rounds": rounds, "cudagraphs": ab.cudagraphs, "note": ab.note,
@@ -370,13 +392,66 @@ def _time_model(compiled, state, inputs, train, device, rounds, warmup, reps, cu
             "verdict": ab.verdict if device.startswith("cuda") else "not meaningful on the CPU"}  # fmt: skip
 
 
+def _from_profiles(sites: list[SiteResult], profiles: dict) -> None:
+    """Each routed site's times from the arms' profiles: the plugin's kernels for its shapes in
+    the plugin arm, aten's in the stock arm (per call; profile.py says how sites are met)."""
+    stock, plugin = profiles.get("stock"), profiles.get("plugin")
+    if stock is None or plugin is None:
+        return
+    for s in sites:
+        key = site_key(s.op, s.shapes)
+        if not s.routed or key is None:
+            continue
+        ours, theirs = plugin.time("plugin", key), stock.time("aten", key)
+        if ours and theirs and ours.calls and theirs.calls:
+            s.plugin_ms, s.aten_ms, s.timed = ours.per_call_us / 1e3, theirs.per_call_us / 1e3, "profile"
+
+
+def _profile_summary(profiles: dict, timing: dict) -> dict:
+    """Per step, in the profiles: the plugin's kernels against stock's for the same matmul
+    calls, and every other kernel; and why, when the site table and the step disagree."""
+    stock, plugin = profiles["stock"], profiles["plugin"]
+    ours = plugin.matmul_us("plugin")
+    theirs = sum(stock.time("aten", key).per_call_us * k.calls for (who, key), k in plugin.matmuls.items()
+                 if who == "plugin" and stock.time("aten", key))  # fmt: skip
+    summary = {"routed_plugin_us": ours, "routed_stock_us": theirs, "stock_kernels_us": stock.total_us,
+               "plugin_kernels_us": plugin.total_us, "why": ""}  # fmt: skip
+    other_stock, other_plugin = stock.total_us - theirs, plugin.total_us - ours
+    sites_faster = ours < theirs
+    step = timing["verdict"] if timing else ""
+    if (sites_faster and step == "slower") or (not sites_faster and ours and step == "faster"):
+        if (plugin.total_us <= stock.total_us) == (step == "slower"):
+            summary["why"] = ("the kernels' GPU time disagrees with the step's wall time: the difference is launch "
+                              "and host time between kernels" + ("" if timing["cudagraphs"] else
+                              " (the step ran without CUDA graphs)"))  # fmt: skip
+        else:
+            summary["why"] = (f"the rest of the step's kernels took {other_plugin:.1f} us per step in the plugin arm "
+                              f"against {other_stock:.1f} us in stock's: the fusions around the routed sites differ")
+    return summary
+
+
+def _plan_check(plan, model, timing: dict) -> str:
+    """A plan applied to the model it was written from must not make the step slower."""
+    if plan.model and plan.model != type(model).__name__:
+        return f"the plan {plan.path} was written for {plan.model}, not {type(model).__name__}: not checked"
+    if timing["verdict"] == "slower":
+        return (f"the plan {plan.path} made the step SLOWER ({timing['speedup']:.3f}x stock): write it again, "
+                "from this setup")
+    return f"the plan {plan.path} did not make the step slower ({timing['speedup']:.3f}x stock, {timing['verdict']})"
+
+
 def _write_plan(path, records: list[SiteRecord], sites: list[SiteResult], model) -> None:
-    """Per selected site, whether the plugin won where it was measured: the routing pass's
-    measurement, else compare's own site timing; a site never timed stays on stock."""
+    """Per selected site, whether the plugin's kernels won in the model: its profiled GPU time
+    against stock's for the same calls, by the routing margin; where the profile could not
+    see it, the site's measurement (the routing pass's, or compare's own). A site never
+    timed stays on stock."""
     routes = {}
     for record, result in zip(records, sites):
-        if record.routed or record.measured is not None:
-            won = record.measured.faster if record.measured else (result.speedup or 0) >= MARGIN
-            routes[plan_file.site_key(record.site)] = won
+        if not (record.routed or record.measured is not None):
+            continue
+        if result.timed in ("profile", "kernel", "swiglu pair"):
+            won = (result.speedup or 0) >= MARGIN
+        else:
+            won = record.measured.faster if record.measured else False
+        routes[plan_file.site_key(record.site)] = won
     plan_file.write(path, routes, model=type(model).__name__)
-

@@ -67,9 +67,12 @@ class SiteResult:
     compete: str | None = None  # routed, but Inductor's autotuner may have kept aten (routing.competition)
     fused: str | None = None  # "swiglu": one of the two matmuls of an inductor_mm_plugin::mm_swiglu
     aten_ms: float | None = None
-    # What plugin_ms and aten_ms time: "kernel", the site's matmul (plugin kernel against aten),
-    # or "swiglu pair", the fused pair the site belongs to (_time_swiglu_pair); None: not timed.
+    # What plugin_ms and aten_ms are: "profile", the site's kernels' GPU time inside each arm's
+    # model step (profile.py); "kernel", the site's matmul timed alone on its exact layout
+    # (plugin kernel against aten, GPU time); "swiglu pair", the fused pair the site belongs
+    # to (_time_swiglu_pair); None: not timed.
     timed: str | None = None
+    offsets: list = dataclasses.field(default_factory=list)  # storage offset of each operand
 
     @property
     def speedup(self) -> float | None:
@@ -121,6 +124,10 @@ class Report:
             lines.append(f"  grad {name}: stock {g['stock_err']}  plugin {g['plugin_err']}  {'ok' if g['ok'] else 'FAIL'}")
         if self.model.get("timing"):
             lines += ["", f"model step: {_model_timing(self.model['timing'])}"]
+        if self.model.get("profile"):
+            lines += [f"in the profile: {_profile(self.model['profile'])}"]
+        if self.model.get("plan_check"):
+            lines += [f"plan check: {self.model['plan_check']}"]
         rows = [("graph", "sites", "routed", "stock err", "plugin err", "stock ms", "plugin ms", "speedup", "numerics")]
         for g in self.graphs:
             rows.append((
@@ -130,12 +137,13 @@ class Report:
         lines += ["", "graphs:", _table(rows), "", "sites:", self.site_table()]
         timed = [s for s in self.sites if s.speedup is not None]
         if timed:
-            rows = [("graph", "phase", "module", "op", "shapes", "plugin ms", "aten ms", "speedup")]
+            rows = [("graph", "phase", "module", "op", "shapes", "plugin ms", "aten ms", "speedup", "timed")]
             for s in timed:
                 rows.append((str(s.graph), s.phase, s.module or "<root>", s.op,
                              " ".join("x".join(map(str, x)) for x in s.shapes),
-                             f"{s.plugin_ms:.4f}", f"{s.aten_ms:.4f}", _x(s.speedup)))  # fmt: skip
-            lines += ["", "routed sites, plugin against aten on the same shapes:", _table(rows)]
+                             f"{s.plugin_ms:.4f}", f"{s.aten_ms:.4f}", _x(s.speedup), s.timed or "-"))  # fmt: skip
+            lines += ["", "routed sites, plugin against aten, GPU time per call (timed: \"profile\", in each arm's "
+                      "model step; \"kernel\", alone on the site's layout):", _table(rows)]
             lines += [line for note in _notes(timed) for line in ("", f"note: {note}")]
         if not self.timing_meaningful:
             lines += ["", f"note: {self.timing_note}"]
@@ -151,6 +159,8 @@ class Report:
             f"Model output error: stock {self.model['stock_err']}, plugin {self.model['plugin_err']} "
             f"(tolerance {self.model['tolerance']:.1e}).",
             *([""] + [f"Model step: {_model_timing(self.model['timing'])}."] if self.model.get("timing") else []),
+            *([""] + [f"In the profile: {_profile(self.model['profile'])}."] if self.model.get("profile") else []),
+            *([""] + [f"Plan check: {self.model['plan_check']}."] if self.model.get("plan_check") else []),
             "",
             "| graph | sites | routed | stock err | plugin err | stock ms | plugin ms | speedup |",
             "|---|---|---|---|---|---|---|---|",
@@ -253,6 +263,14 @@ def _model_timing(t: dict) -> str:
             f"[{t['spread'][0]:.3f}-{t['spread'][1]:.3f}] over {t['rounds']} interleaved rounds {how}: "
             f"{'plugin ' + t['verdict'] if t['verdict'] in ('faster', 'slower') else t['verdict']}")  # fmt: skip
     return text + (f" ({t['note']})" if t.get("note") else "")
+
+
+def _profile(p: dict) -> str:
+    """The profiles' per-step kernel times in words, and why they disagree with the step."""
+    text = (f"the routed sites' kernels {p['routed_plugin_us']:.1f} us per step against stock's "
+            f"{p['routed_stock_us']:.1f} us for the same calls; all kernels {p['plugin_kernels_us']:.1f} "
+            f"against {p['stock_kernels_us']:.1f} us")  # fmt: skip
+    return text + (f" ({p['why']})" if p.get("why") else "")
 
 
 def _routed(s: SiteResult) -> str:

@@ -37,9 +37,19 @@ def config_patches(
     """Inductor config patches that route matmuls as ``options``/``mode`` ask."""
     if options and mode:
         raise ValueError("inductor_mm_plugin: pass either mode or options, not both (as torch.compile)")
-    plugin, inductor = split_options(options, compat.inductor_config_types())
+    plugin, inductor = parse_options(options)
     if mode:
         inductor = dict(compat.list_mode_options(mode))
+    return patches_for(plugin, inductor, root, label)
+
+
+def parse_options(options: dict[str, Any] | None) -> tuple[PluginOptions, dict[str, Any]]:
+    """``options`` validated once, as the typed pair the rest of the package passes down."""
+    return split_options(options, compat.inductor_config_types())
+
+
+def patches_for(plugin: PluginOptions, inductor: dict[str, Any], root: RootInfo | None = None, label=None) -> dict:
+    """The config patches of already parsed options (``parse_options``)."""
     register_lowerings()
     return {**inductor, compat.PASS_SLOT: _route_pass(plugin, inductor, root, label)}
 
@@ -70,4 +80,4 @@ def inductor_options(*, select="auto", compete: bool | str = "auto", **inductor_
     return config_patches({"select": select, "compete": compete, **inductor_config})
 
 
-__all__ = ["PLUGIN_KEYS", "backend", "config_patches", "inductor_options"]
+__all__ = ["PLUGIN_KEYS", "backend", "config_patches", "inductor_options", "parse_options", "patches_for"]

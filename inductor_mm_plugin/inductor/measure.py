@@ -1,71 +1,102 @@
-"""Route only where measured faster: a site's plugin kernel against aten's, on operands with
-the site's exact sizes, strides, alignment and dtype, timed when the site is compiled.
+"""Route only where measured faster, in GPU time: a site's plugin kernel against aten's, on
+operands with the site's exact sizes, strides, alignment and dtype, timed when the site is
+compiled (runtime/benchmarking.py does the timing).
 
 What runs at a routed site under ``compete="auto"`` is the plugin's extern kernel, its
 epilogue in Inductor's own pointwise kernel, exactly as stock runs cuBLAS there; so the
-kernel against aten's is the form it will run in. Timing follows bench/'s method: the two
-arms alternate in rounds (the H200's SM clock drifts with power within seconds, so a
-sequential A-then-B timing compares clock states), and the decision takes the median of
-the per-round ratios. Under CUDA graphs (``triton.cudagraphs``, ``mode="reduce-overhead"``)
-a round replays a captured graph of each arm, which is GPU time alone; otherwise it times a
-loop of back-to-back calls, which includes each op's host cost, as the model pays it.
+kernel against aten's is the form it will run in, and its GPU time is what a model step pays
+for it: the GPU runs behind a queue of launches, and under CUDA graphs there is no host cost.
 
-A site is routed when the plugin was faster in every round and by ``MARGIN`` in the median:
-"when unsure, stock wins". Decisions are cached in memory and on disk (runtime/tuning.py, ``routing_cache``), keyed
-by GPU, versions, kernel source and the site's signature, so a second compile measures
-nothing.
+The rule, as the README states it:
+
+* GPU time decides. Each arm is a CUDA graph of calls cycling through fresh operand copies
+  that span twice the L2; the arms alternate in ``ROUNDS`` rounds. The plugin must be faster
+  in every round and by ``MARGIN`` in the median ("when unsure, stock wins"); the first
+  round it is not ends the timing (the verdict cannot change after it).
+* Host cost counts only where it can reach the step: in a compile without CUDA graphs, each
+  arm costs the larger of its GPU time and its host cost per call (a kernel shorter than its
+  launch path leaves the GPU waiting on the host), and the plugin must not lose on that
+  either. Under CUDA graphs (``triton.cudagraphs``, ``mode="reduce-overhead"``) it is
+  ignored.
+* A shape class that the committed per-GPU table (``shape_table.py``) marks as a sure loser
+  is not timed at all; a sure winner is routed untimed under CUDA graphs.
+
+Decisions are cached in memory and on disk (``RoutingCache``), keyed by GPU, versions, kernel
+source and the site's signature, so a second compile measures nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
-from typing import Callable
 
 import torch
 
-from ..runtime import tuning
-from . import compat
+from ..runtime import benchmarking, tuning
+from . import compat, shape_table
 
+# Entries from before the GPU-time rule timed back-to-back calls (issue 30): never read back.
+_KEY_VERSION = "gpu-time-2"
 MARGIN = 1.02  # the plugin must be at least this much faster in the median round
 ROUNDS = 5
-_TARGET_US = 300.0  # each timed region: about this long, so that event timing resolves it
-_MAX_REPS = 64
+_HOST_REPS = 32
 
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
-    """One site's timing: the median per-call times and the per-round ratios aten / plugin."""
+    """One site's timing: median GPU time per call of each arm, the per-round ratios aten /
+    plugin, and each arm's host cost per call (what a compile without CUDA graphs may pay)."""
 
     plugin_us: float
     aten_us: float
     ratios: tuple[float, ...]
-    graphs: bool  # timed under CUDA graphs (GPU time) rather than as back-to-back calls
+    graphs: bool  # the compile runs under CUDA graphs: host cost never reaches the step
+    plugin_host_us: float = 0.0
+    aten_host_us: float = 0.0
 
     @property
     def ratio(self) -> float:
         return statistics.median(self.ratios)
 
     @property
+    def host_bound(self) -> bool:
+        """Without CUDA graphs, whether either arm's launch path outlasts its kernel."""
+        return not self.graphs and (self.plugin_host_us > self.plugin_us or self.aten_host_us > self.aten_us)
+
+    @property
     def faster(self) -> bool:
-        return self.ratio >= MARGIN and min(self.ratios) > 1.0
+        gpu = self.ratio >= MARGIN and min(self.ratios) > 1.0
+        if not gpu or not self.host_bound:
+            return gpu
+        return max(self.plugin_us, self.plugin_host_us) <= max(self.aten_us, self.aten_host_us)
 
     def describe(self) -> str:
-        how = "under CUDA graphs" if self.graphs else "back to back"
-        return (f"measured {self.plugin_us:.1f} us against aten's {self.aten_us:.1f} us {how} "
+        text = (f"GPU time {self.plugin_us:.1f} us against aten's {self.aten_us:.1f} us "
                 f"({self.ratio:.2f}x, {min(self.ratios):.2f}-{max(self.ratios):.2f} over {len(self.ratios)} rounds)")  # fmt: skip
+        if self.host_bound:
+            text += f"; host-bound without CUDA graphs: {self.plugin_host_us:.1f} us against {self.aten_host_us:.1f} us per call"  # fmt: skip
+        return text
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> Measurement:
-        return cls(float(d["plugin_us"]), float(d["aten_us"]), tuple(float(r) for r in d["ratios"]), bool(d["graphs"]))
+        """A measurement read back from the routing cache; ValueError/KeyError/TypeError when
+        the entry is malformed (then it is measured again)."""
+        ratios = tuple(float(r) for r in d["ratios"])
+        values = [float(d[k]) for k in ("plugin_us", "aten_us", "plugin_host_us", "aten_host_us")]
+        if not ratios or not all(math.isfinite(x) and x >= 0 for x in (*ratios, *values)):
+            raise ValueError(f"a routing-cache entry with unusable times: {d!r}")
+        if not isinstance(d["graphs"], bool):
+            raise TypeError(f"a routing-cache entry whose 'graphs' is not a bool: {d!r}")
+        return cls(values[0], values[1], ratios, d["graphs"], values[2], values[3])
 
 
 def signature(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> str | None:
     """What a site's timing depends on, as a cache key; None when a size or stride is symbolic."""
-    parts = [op, str(vals[-1].dtype).removeprefix("torch."), f"a{alpha}", f"b{beta}", "graphs" if graphs else "calls"]
+    parts = [_KEY_VERSION, op, str(vals[-1].dtype).removeprefix("torch."), f"a{alpha}", f"b{beta}", "graphs" if graphs else "calls"]
     for v in vals:
         dims = (*v.shape, *v.stride(), v.storage_offset())
         if not all(isinstance(d, int) for d in dims):
@@ -80,39 +111,38 @@ def layouts(vals: list[torch.Tensor]) -> list[tuple[tuple, tuple, int]]:
     return [(tuple(v.shape), tuple(v.stride()), v.storage_offset()) for v in vals]
 
 
-def _operand(layout: tuple[tuple, tuple, int], dtype, device) -> torch.Tensor:
-    """Fresh random data with these sizes, strides and storage offset."""
-    shape, stride, offset = layout
-    return torch.randn(_extent(layout), dtype=dtype, device=device).as_strided(shape, stride, offset)
-
-
 def measure(op: str, operands: list[tuple[tuple, tuple, int]], dtype: torch.dtype, device, alpha=1, beta=1,
             graphs: bool = False) -> Measurement:  # fmt: skip
-    """Time the plugin's kernel against aten's on fresh operands with these ``layouts`` (CUDA).
-
-    Small problems cycle through several copies of their operands, at least twice the L2
-    between them: in a model, weights come from memory, not from the L2 that a repeated call
-    leaves them in (sites measured up to 1.07x faster on the same buffers ran a model 1.5%
-    slower on the H200; docs/performance.md)."""
+    """Time the plugin's kernel against aten's in GPU time on fresh operands with these
+    ``layouts`` (CUDA); ``graphs``: the compile runs under CUDA graphs, so host cost is not
+    measured."""
     with compat.unset_fake_temporarily(), torch.no_grad():
         device = torch.device(device)
         out_shape = (*operands[-2][0][:-1], operands[-1][0][-1])
-        one_set = (sum(_extent(layout) for layout in operands) + _numel(out_shape)) * dtype.itemsize
-        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20)
-        copies = max(1, min(_MAX_COPIES, -(-2 * l2 // max(1, one_set))))
+        one_set = (sum(benchmarking.extent(*layout) for layout in operands) + math.prod(out_shape)) * dtype.itemsize
         plugin_calls, aten_calls = [], []
-        for _ in range(copies):
-            args = [_operand(layout, dtype, device) for layout in operands]
+        for _ in range(benchmarking.copies(one_set, device)):
+            args = [benchmarking.operand(*layout, dtype, device) for layout in operands]
             out = torch.empty(out_shape, dtype=dtype, device=device)
             plugin_calls.append(_call(op, args, out, alpha, beta, plugin=True))
             aten_calls.append(_call(op, args, out, alpha, beta, plugin=False))
-        return _interleaved(plugin_calls, aten_calls, graphs)
+        for fn in (*plugin_calls, *aten_calls):  # compile, plan, and create cuBLAS handles first
+            fn()
+        torch.cuda.synchronize()
+        plugin = benchmarking.Timer(plugin_calls)
+        aten = benchmarking.Timer(aten_calls, reps=plugin.reps)
+        # A round the plugin does not win decides (every round must be won): stop there.
+        lost = lambda t: len(t["aten"]) == len(t["plugin"]) and t["aten"][-1] <= t["plugin"][-1]  # noqa: E731
+        times = benchmarking.interleaved({"plugin": plugin, "aten": aten}, ROUNDS, stop=lost)
+        host = {"plugin": 0.0, "aten": 0.0}
+        if not graphs:
+            host = {"plugin": benchmarking.host_us(plugin_calls, _HOST_REPS),
+                    "aten": benchmarking.host_us(aten_calls, _HOST_REPS)}  # fmt: skip
+        return Measurement(statistics.median(times["plugin"]), statistics.median(times["aten"]),
+                           tuple(benchmarking.ratios(times, "aten", "plugin")), graphs, host["plugin"], host["aten"])  # fmt: skip
 
 
-_MAX_COPIES = 16
-
-
-def _call(op: str, args: list, out, alpha, beta, plugin: bool) -> Callable:
+def _call(op: str, args: list, out, alpha, beta, plugin: bool):
     """One call of the plugin's op or aten's on ``args``, writing ``out``."""
     from ..runtime import addmm_launch, bmm_launch, mm_launch
 
@@ -126,90 +156,61 @@ def _call(op: str, args: list, out, alpha, beta, plugin: bool) -> Callable:
     return lambda: fn(a, b, out=out)
 
 
-def _extent(layout) -> int:
-    """Elements of storage an operand with this layout spans."""
-    shape, stride, offset = layout
-    return offset + (1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(shape) else 0)
+# ------------------------------------------------------------------------ the decision
 
 
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def _interleaved(plugin: list[Callable], aten: list[Callable], graphs: bool) -> Measurement:
-    for fn in (*plugin, *aten):  # compile, plan, and create cuBLAS handles outside the timing
-        fn()
-    torch.cuda.synchronize()
-    reps = _reps(plugin[0], aten[0])
-    reps = -(-reps // len(plugin)) * len(plugin)  # every copy as often
-    make = graphed if graphs else looped
-    arms = {"plugin": make(plugin, reps), "aten": make(aten, reps)}
-    times: dict[str, list[float]] = {"plugin": [], "aten": []}
-    for i in range(ROUNDS):
-        for name in ("plugin", "aten") if i % 2 == 0 else ("aten", "plugin"):
-            times[name].append(elapsed_us(arms[name]) / reps)
-    ratios = tuple(a / p for a, p in zip(times["aten"], times["plugin"]))
-    return Measurement(statistics.median(times["plugin"]), statistics.median(times["aten"]), ratios, graphs)
-
-
-def _reps(*fns: Callable) -> int:
-    """Calls per timed region, so that the slower arm's region lasts about _TARGET_US."""
-    longest = max(elapsed_us(fn) for fn in fns)
-    return max(1, min(_MAX_REPS, int(_TARGET_US / max(longest, 1.0))))
-
-
-# The timing pieces compare's interleaved rounds use too (comparison/timing.py).
-
-
-def looped(fns: list[Callable], reps: int) -> Callable:
-    """``reps`` back-to-back calls, cycling through ``fns``."""
-
-    def run():
-        for i in range(reps):
-            fns[i % len(fns)]()
-
-    return run
-
-
-def graphed(fns: list[Callable], reps: int) -> Callable:
-    """The replay of a CUDA graph of ``reps`` calls, cycling through ``fns``."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for fn in fns:
-            fn()  # warm-up on a side stream, as torch.cuda.graph's docs ask
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(reps):
-            fns[i % len(fns)]()
-    graph.replay()
-    return graph.replay
-
-
-def elapsed_us(fn: Callable) -> float:
-    """``fn``'s GPU time in microseconds, from events around it."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3
+def decide(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> tuple[bool, str, Measurement | None]:
+    """(routed, reason, measurement) of a CUDA site: the shape table's answer where it is sure,
+    else the cached or new measurement."""
+    key = signature(op, vals, alpha, beta, graphs)
+    if key is None:
+        return False, "symbolic sizes: not measured, so it stays on stock (compete=False routes it)", None
+    sure = shape_table.lookup(op, vals, alpha, beta)
+    if sure is not None and (sure.verdict == "loses" or graphs):
+        return sure.verdict == "wins", sure.describe(), None
+    measured = cached_or_measure(key, op, vals, alpha, beta, graphs)
+    if measured.faster:
+        return True, "", measured
+    return False, f"{measured.describe()}: not faster by {MARGIN:.2f}x in every round, so it stays on stock", measured
 
 
 # ------------------------------------------------------------------------ cached decisions
 
+
+class RoutingCache(tuning.DiskCache):
+    """Measured routing decisions by site signature, beside the tuning cache's file; keyed by
+    the torch version too, since aten's kernel is half of each measurement."""
+
+    kind = "routing"
+
+    def valid(self, entry) -> bool:
+        try:
+            Measurement.from_json(entry)
+        except (KeyError, TypeError, ValueError):
+            return False
+        return True
+
+
+_ROUTING_CACHES: dict[str, RoutingCache] = {}
 _MEMORY: dict[str, Measurement] = {}
+
+
+def routing_cache(gpu: str) -> RoutingCache:
+    """The process's routing cache for this GPU and the installed versions."""
+    cache = _ROUTING_CACHES.get(gpu)
+    if cache is None:
+        import triton
+
+        cache = _ROUTING_CACHES[gpu] = RoutingCache(gpu, triton.__version__, tuning.kernel_source_hash(),
+                                                    torch=torch.__version__)  # fmt: skip
+    return cache
 
 
 def cached_or_measure(key: str, op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> Measurement:
     """The site's measurement from this process or the disk cache, else measured now and stored."""
     hit = _MEMORY.get(key)
     if hit is None:
-        store = tuning.routing_cache(torch.cuda.get_device_name(vals[-1].device))
+        store = routing_cache(torch.cuda.get_device_name(vals[-1].device))
         entry = store.get_entry(key)
         try:
             hit = Measurement.from_json(entry) if entry is not None else None
@@ -221,3 +222,8 @@ def cached_or_measure(key: str, op: str, vals: list[torch.Tensor], alpha, beta, 
         _MEMORY[key] = hit
     return hit
 
+
+def clear() -> None:
+    """Forget every measurement held in memory (the disk cache stays)."""
+    _MEMORY.clear()
+    _ROUTING_CACHES.clear()

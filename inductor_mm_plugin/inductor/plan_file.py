@@ -34,6 +34,7 @@ class Plan:
     path: str
     setup: dict  # plugin, torch, triton, gpu
     route: dict  # site key -> whether the plugin runs there
+    model: str = ""  # the class of the model it was written from
 
     def decide(self, site) -> tuple[bool, str]:
         """(routed, reason) for a selected, eligible site."""
@@ -87,4 +88,5 @@ def load(path) -> Plan:
         route = {str(s["site"]): bool(s["route"]) for s in data["sites"]}
     except (KeyError, TypeError) as e:
         raise PlanError(f"inductor_mm_plugin: the routing plan {path} has a malformed site list") from e
-    return Plan(path, written, route)
+    model = data.get("model", "")
+    return Plan(path, written, route, model if isinstance(model, str) else "")

@@ -318,17 +318,10 @@ def _feeds_pointwise(node: torch.fx.Node) -> bool:
 
 def _measured_decision(node: torch.fx.Node, site: Site) -> tuple[bool, str, Measurement | None]:
     """(routed, reason, measurement) of a CUDA site under ``compete="auto"``: routed where the
-    plugin's kernel measured faster than aten's on the site's operands (measure.py)."""
+    plugin's kernel is faster than aten's on the site's operands in GPU time (measure.py)."""
     vals = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
     alpha, beta = node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1)
-    graphs = bool(compat.inductor_config.triton.cudagraphs)
-    key = measure.signature(site.op, vals, alpha, beta, graphs)
-    if key is None:
-        return False, "symbolic sizes: not measured, so it stays on stock (compete=False routes it)", None
-    measured = measure.cached_or_measure(key, site.op, vals, alpha, beta, graphs)
-    if measured.faster:
-        return True, "", measured
-    return False, f"{measured.describe()}: not faster by {measure.MARGIN:.2f}x in every round, so it stays on stock", measured
+    return measure.decide(site.op, vals, alpha, beta, graphs=bool(compat.inductor_config.triton.cudagraphs))
 
 
 def _on_cuda(node: torch.fx.Node) -> bool:

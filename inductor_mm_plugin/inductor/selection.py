@@ -130,6 +130,7 @@ class Site:
     device: str
     node: str  # the FX node's name in its graph
     opt: str | None  # the closest module marker: "in", "out" or None
+    offsets: tuple = ()  # storage offset of each operand (its base's alignment decides the kernel path)
 
     def __str__(self) -> str:
         shapes = " ".join("x".join(map(str, s)) or "[]" for s in self.shapes)
@@ -186,6 +187,7 @@ def describe(node: torch.fx.Node, root: RootInfo, graph_is_backward: bool = Fals
         device=str(vals[0].device) if vals else "",
         node=node.name,
         opt=opt,
+        offsets=tuple(_int(v.storage_offset()) for v in vals),
     )
 
 

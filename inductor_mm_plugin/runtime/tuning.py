@@ -160,28 +160,6 @@ class TuningCache(DiskCache):
         self.put_entry(key, entry)
 
 
-class RoutingCache(DiskCache):
-    """Measured routing decisions (inductor/measure.py) by site signature; keyed by the torch
-    version too, since aten's kernel is half of each measurement."""
-
-    kind = "routing"
-
-
-_ROUTING_CACHES: dict[str, RoutingCache] = {}
-
-
-def routing_cache(gpu: str) -> RoutingCache:
-    """The process's routing cache for this GPU and the installed versions."""
-    cache = _ROUTING_CACHES.get(gpu)
-    if cache is None:
-        import torch
-        import triton
-
-        cache = _ROUTING_CACHES[gpu] = RoutingCache(gpu, triton.__version__, kernel_source_hash(),
-                                                    torch=torch.__version__)  # fmt: skip
-    return cache
-
-
 # How long a writer waits for another's lock before writing without it, and the age past
 # which the fallback's lock folder counts as left behind by a dead process. A merge and
 # replace of the file takes milliseconds.

@@ -1,0 +1,115 @@
+"""What the model paid, site by site: each arm's compiled step under ``torch.profiler``, the GPU
+time of every matmul's kernels attributed to the site that launched them.
+
+Attribution: every matmul a compiled graph runs is a profiler op event, stock's
+``aten::mm/addmm/bmm`` (Inductor's extern kernels) and the plugin's
+``inductor_mm_plugin::mm/addmm/bmm`` (its extern kernel), with its input shapes
+(``record_shapes``) and the kernels it launched (their GPU time is the event's
+``device_time_total``). A site is matched by its operand shapes, ``(a, b)`` of ``a @ b``, so
+that stock's addmm split into an mm and a fused bias (Inductor's ``unfuse_bias_add``) still
+meets its site; an event inside another matmul op (the plugin's aten fallback) counts for
+the outer one. Sites of the same shapes share their events' mean. What is not an op event
+cannot be attributed: a template kernel (``compete=True``/``False``) or the fused SwiGLU's
+pair, whose rows ``timing.py`` measures instead. The profile runs the steps without CUDA
+graphs; a kernel's GPU time is the same either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable
+
+import torch
+
+_STOCK = {"aten::mm": "mm", "aten::addmm": "mm", "aten::bmm": "bmm", "aten::baddbmm": "bmm"}
+_PLUGIN = {"inductor_mm_plugin::mm": "mm", "inductor_mm_plugin::addmm": "mm", "inductor_mm_plugin::bmm": "bmm"}
+_MATMULS = {**_STOCK, **_PLUGIN}
+
+
+@dataclasses.dataclass
+class Kernels:
+    """The GPU time of one shape's matmul calls in a profiled step."""
+
+    us: float = 0.0  # per step, all calls together
+    calls: float = 0.0  # per step
+
+    @property
+    def per_call_us(self) -> float:
+        return self.us / self.calls if self.calls else 0.0
+
+
+@dataclasses.dataclass
+class Profile:
+    """One arm's step: matmul GPU time by (family, a's shape, b's shape) and by who ran it
+    ("plugin" or "aten"), and every kernel's GPU time together, per step."""
+
+    matmuls: dict  # (runner, key) -> Kernels
+    total_us: float  # all kernels of the step
+
+    def time(self, runner: str, key) -> Kernels | None:
+        return self.matmuls.get((runner, key))
+
+    def matmul_us(self, runner: str | None = None) -> float:
+        return sum(k.us for (who, _), k in self.matmuls.items() if runner in (None, who))
+
+
+def site_key(op: str, shapes) -> tuple | None:
+    """How a site meets its events: the matmul family and the shapes of ``a`` and ``b``."""
+    ab = list(shapes[-2:]) if op != "addmm" else list(shapes[1:3])
+    if len(ab) != 2 or not all(isinstance(d, int) for s in ab for d in s):
+        return None
+    return ("bmm" if op == "bmm" else "mm", tuple(ab[0]), tuple(ab[1]))
+
+
+def _event_key(event) -> tuple | None:
+    family = _MATMULS[event.name]
+    shapes = [tuple(s) for s in (event.input_shapes or []) if isinstance(s, (list, tuple))]
+    ab = shapes[1:3] if event.name.endswith("addmm") or event.name.endswith("baddbmm") else shapes[:2]
+    if len(ab) != 2 or not all(ab):
+        return None
+    return (family, ab[0], ab[1])
+
+
+def _inside_a_matmul(event) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name in _MATMULS:
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def attribute(events: Iterable, steps: int, time_of: Callable = lambda e: e.device_time_total) -> dict:
+    """(runner, key) -> Kernels per step, from profiler op events (``prof.events()``)."""
+    out: dict = {}
+    for e in events:
+        if e.name not in _MATMULS or _inside_a_matmul(e):
+            continue
+        key = _event_key(e)
+        if key is None:
+            continue
+        k = out.setdefault(("plugin" if e.name in _PLUGIN else "aten", key), Kernels())
+        k.us += time_of(e) / steps
+        k.calls += 1 / steps
+    return out
+
+
+def profile_step(step: Callable, steps: int = 3) -> Profile | None:
+    """Profile ``steps`` calls of a warmed-up CUDA step; None where no GPU time is recorded
+    (the CPU, or a profiler that cannot trace the device)."""
+    if not torch.cuda.is_available():
+        return None
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    events = prof.events()
+    total = sum(e.device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA) / steps
+    if total <= 0:
+        return None
+    return Profile(attribute(events, steps), total)
+
+
+__all__ = ["Kernels", "Profile", "attribute", "profile_step", "site_key"]
