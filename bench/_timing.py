@@ -26,7 +26,6 @@ import math
 import multiprocessing as mp
 import os
 import pathlib
-import statistics
 import subprocess
 import sys
 import time
@@ -37,50 +36,41 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 if str(REPO) not in sys.path:  # the package of this tree, installed or not
     sys.path.insert(1, str(REPO))
+from inductor_mm_plugin.runtime import benchmarking  # noqa: E402  (after the path above)
 L2_BYTES = 60 * 2**20  # H200: 60 MB of L2 (torch.cuda.get_device_properties reads 60 MiB there)
 
 
 # ------------------------------------------------------------------------------ rounds
+# The package's one timing toolkit (inductor_mm_plugin/runtime/benchmarking.py) does the
+# rounds, the statistics and the CUDA graphs; these names keep the scripts short.
 
 
 def rounds(fns: dict[str, Callable], time_one: Callable[[Callable], float], n: int) -> dict[str, list[float]]:
-    """name -> the ``n`` times of ``time_one(fns[name])``, one per round."""
-    names = list(fns)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(n):
-        for name in names if i % 2 == 0 else names[::-1]:
-            times[name].append(time_one(fns[name]))
-    return times
+    """name -> the ``n`` times of ``time_one(fns[name])``, one per round, the order reversed each round."""
+    return benchmarking.interleaved({name: (lambda fn=fn: time_one(fn)) for name, fn in fns.items()}, n)
 
 
 def ratios(times: dict[str, list[float]], base: str, other: str) -> list[float]:
     """Per round: ``base``'s time over ``other``'s (above 1: ``other`` is faster)."""
-    return [b / o for b, o in zip(times[base], times[other])]
+    return benchmarking.ratios(times, base, other)
 
 
 def median(xs: list[float]) -> float:
-    return statistics.median(xs)
+    return benchmarking.median(xs)
+
+
+def geomean(xs) -> float:
+    return benchmarking.geomean(xs)
+
+
+def percentile(xs, q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``xs``, linear between order statistics."""
+    return benchmarking.quantile(xs, q / 100)
 
 
 def spread(xs: list[float] | None, fmt: str = ".2f") -> str:
     """``lowest–highest`` of a row's per-round ratios, for the reports ('' for one round)."""
     return f"{min(xs):{fmt}}–{max(xs):{fmt}}" if xs and len(xs) > 1 else ""
-
-
-def geomean(xs) -> float:
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
-
-def percentile(xs, q: float) -> float:
-    """The ``q``-th percentile (0-100) of ``xs``, linear between order statistics."""
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 # ------------------------------------------------------------------------------ timing
@@ -101,49 +91,20 @@ def time_ms(fn: Callable, warmup: int = 5, rep: int = 25) -> float:
 
 
 class GraphTimer:
-    """One CUDA graph of ``calls`` back-to-back calls of ``fn``, captured once and replayed
-    every round: what ``triton.testing.do_bench_cudagraph`` does, without its two captures per
-    call (about 0.1-0.3 s each), which would cost more than the timing across a few hundred
-    rows. Launch gaps shrink as in a model's CUDA graph. ``fn`` must be capture-safe and
-    already compiled; rotate its inputs (``rotating``) where they fit in L2."""
+    """One CUDA graph of back-to-back calls of ``fn`` (about ``target_ms`` of them, at most
+    ``most``), captured once and replayed every round (``benchmarking.Timer``): GPU time, launch
+    gaps gone as in a model's CUDA graph. ``fn`` must be capture-safe and already compiled;
+    rotate its inputs (``rotating``) where they fit in L2."""
 
     def __init__(self, fn: Callable, target_ms: float = 2.0, most: int = 500):
-        import torch
-
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(5):
-                fn()
-            end.record()
-            end.synchronize()
-            estimate = max(start.elapsed_time(end) / 5, 1e-3)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.calls = max(1, min(most, int(target_ms / estimate)))
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            for _ in range(self.calls):
-                fn()
-        torch.cuda.synchronize()
+        self.timer = benchmarking.Timer([fn], target_us=target_ms * 1e3, most=most)
+        if self.timer.how != "graphs":
+            raise RuntimeError(self.timer.note)
+        self.calls = self.timer.reps
 
     def __call__(self, replays: int = 5) -> float:
         """ms per call: the median over ``replays`` replays."""
-        import torch
-
-        self.graph.replay()  # the first replay after others' work uploads and warms
-        times = []
-        for _ in range(replays):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            self.graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / self.calls)
-        return median(times)
+        return median([self.timer() / 1e3 for _ in range(replays)])
 
 
 def rotation(bytes_per_call: int, most: int = 64) -> int:
