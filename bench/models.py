@@ -334,6 +334,9 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
 
     profiles = {arm: profile_step(step) for arm, step in steps.items()} if device == "cuda" else {}
     for arm in arms:
+        if profiles.get(arm):  # every kernel's GPU time per step, and the matmuls' part
+            info[arm].update(kernels_us=round(profiles[arm].total_us, 1),
+                             matmul_us=round(profiles[arm].matmul_us(), 1))  # fmt: skip
         if arm in BASELINE and arm in info:
             info[arm].update(site_check(info[arm].pop("records"), profiles.get(arm), profiles.get(BASELINE[arm])))
             if info[arm]["sites_wrong"]:

@@ -352,3 +352,27 @@ def test_cli_compete_flags_are_exclusive(capsys):
     with pytest.raises(SystemExit):
         cli.main(["compare", f"{EXAMPLES}/mlp.py:make", "--compete", "--no-compete"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_profile_attributes_matmul_events_to_sites():
+    """comparison/profile.py on the CPU profiler's real events: stock's aten matmuls by their
+    input shapes, the plugin's extern-kernel ranges by their names, an aten call inside the
+    plugin's range counted for the range; sites meet them by (a, b) shapes."""
+    from inductor_mm_plugin.comparison.profile import attribute, site_key
+    from inductor_mm_plugin.inductor.lowering import inductor_mm_plugin_addmm, profiled_calls
+
+    a, b, bias = torch.randn(8, 16), torch.randn(16, 4), torch.randn(4)
+    with profiled_calls(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                  record_shapes=True) as prof:  # fmt: skip
+        for _ in range(2):
+            torch.mm(a, b)
+            torch.addmm(bias, a, b)
+            with torch.profiler.record_function("inductor_mm_plugin::addmm 8x16 16x4"):
+                torch.mm(a, b)  # e.g. the launcher's aten fallback: inside the plugin's range
+            inductor_mm_plugin_addmm(bias, a, b, out=torch.empty(8, 4))
+    found = attribute(prof.events(), steps=2, time_of=lambda e: 1.0)
+    key = site_key("addmm", [(4,), (8, 16), (16, 4)])
+    assert key == site_key("mm", [(8, 16), (16, 4)]) == ("mm", (8, 16), (16, 4))
+    assert found[("aten", key)].calls == 2  # torch.mm and torch.addmm, once each per step
+    assert found[("plugin", key)].calls == 2 and found[("plugin", key)].per_call_us == 1.0
+    assert set(found) == {("aten", key), ("plugin", key)}

@@ -1,11 +1,13 @@
 """What the model paid, site by site: each arm's compiled step under ``torch.profiler``, the GPU
 time of every matmul's kernels attributed to the site that launched them.
 
-Attribution: every matmul a compiled graph runs is a profiler op event, stock's
-``aten::mm/addmm/bmm`` (Inductor's extern kernels) and the plugin's
-``inductor_mm_plugin::mm/addmm/bmm`` (its extern kernel), with its input shapes
-(``record_shapes``) and the kernels it launched (their GPU time is the event's
-``device_time_total``). A site is matched by its operand shapes, ``(a, b)`` of ``a @ b``, so
+Attribution: every matmul a compiled graph runs is a profiler event with the kernels it
+launched (their GPU time is the event's ``device_time_total``): stock's
+``aten::mm/addmm/bmm`` (Inductor's extern kernels) with its input shapes
+(``record_shapes``), and the plugin's extern kernel, which launches from Python and so is
+wrapped, while profiling only, in a range named ``inductor_mm_plugin::<op> <a> <b>``
+(``inductor/lowering.py: profiled_calls``); the plugin's op called eagerly is a dispatcher
+event of its own. A site is matched by its operand shapes, ``(a, b)`` of ``a @ b``, so
 that stock's addmm split into an mm and a fused bias (Inductor's ``unfuse_bias_add``) still
 meets its site; an event inside another matmul op (the plugin's aten fallback) counts for
 the outer one. Sites of the same shapes share their events' mean. What is not an op event
@@ -61,10 +63,22 @@ def site_key(op: str, shapes) -> tuple | None:
     return ("bmm" if op == "bmm" else "mm", tuple(ab[0]), tuple(ab[1]))
 
 
+def _matmul_name(event) -> str | None:
+    name = event.name.split(" ", 1)[0]
+    return name if name in _MATMULS else None
+
+
 def _event_key(event) -> tuple | None:
-    family = _MATMULS[event.name]
+    name = _matmul_name(event)
+    family = _MATMULS[name]
+    if " " in event.name:  # a range of the plugin's extern kernel: "inductor_mm_plugin::mm 8x16 16x4"
+        try:
+            a, b = (tuple(int(d) for d in dims.split("x")) for dims in event.name.split(" ")[1:3])
+        except ValueError:
+            return None
+        return (family, a, b)
     shapes = [tuple(s) for s in (event.input_shapes or []) if isinstance(s, (list, tuple))]
-    ab = shapes[1:3] if event.name.endswith("addmm") or event.name.endswith("baddbmm") else shapes[:2]
+    ab = shapes[1:3] if name.endswith("addmm") or name.endswith("baddbmm") else shapes[:2]
     if len(ab) != 2 or not all(ab):
         return None
     return (family, ab[0], ab[1])
@@ -73,7 +87,7 @@ def _event_key(event) -> tuple | None:
 def _inside_a_matmul(event) -> bool:
     parent = event.cpu_parent
     while parent is not None:
-        if parent.name in _MATMULS:
+        if _matmul_name(parent):
             return True
         parent = parent.cpu_parent
     return False
@@ -83,12 +97,13 @@ def attribute(events: Iterable, steps: int, time_of: Callable = lambda e: e.devi
     """(runner, key) -> Kernels per step, from profiler op events (``prof.events()``)."""
     out: dict = {}
     for e in events:
-        if e.name not in _MATMULS or _inside_a_matmul(e):
+        name = _matmul_name(e)
+        if name is None or _inside_a_matmul(e):
             continue
         key = _event_key(e)
         if key is None:
             continue
-        k = out.setdefault(("plugin" if e.name in _PLUGIN else "aten", key), Kernels())
+        k = out.setdefault(("plugin" if name in _PLUGIN else "aten", key), Kernels())
         k.us += time_of(e) / steps
         k.calls += 1 / steps
     return out
@@ -100,8 +115,10 @@ def profile_step(step: Callable, steps: int = 3) -> Profile | None:
     if not torch.cuda.is_available():
         return None
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    from ..inductor.lowering import profiled_calls
+
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+    with profiled_calls(), torch.profiler.profile(activities=activities, record_shapes=True) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()

@@ -28,7 +28,10 @@ names must exist before any compiled plugin graph runs.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+from typing import Iterator
 
 import torch
 
@@ -47,6 +50,41 @@ log = logging.getLogger(__name__)
 # ``out`` (they warn); copy it so the planned buffer holds the answer either way.
 
 
+# While ``profiled_calls()`` is on (comparison/profile.py profiles a model step), each extern
+# call runs inside a profiler range named like its op, with the shapes of a and b, so that its
+# kernels, launched from Python and not through the dispatcher, can be attributed to the site.
+_PROFILED = [False]
+
+
+@contextlib.contextmanager
+def profiled_calls() -> Iterator[None]:
+    _PROFILED[0] = True
+    try:
+        yield
+    finally:
+        _PROFILED[0] = False
+
+
+def _in_range(op: str, first: int):
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if not _PROFILED[0]:
+                return fn(*args, **kwargs)
+            a, b = args[first], args[first + 1]
+            with torch.profiler.record_function(f"inductor_mm_plugin::{op} {_dims(a)} {_dims(b)}"):
+                return fn(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+def _dims(t) -> str:
+    return "x".join(map(str, t.shape))
+
+
+@_in_range("mm", 0)
 def inductor_mm_plugin_mm(a, b, *, out):
     result = mm_launch(a, b, out=out)
     if result is not out:
@@ -54,6 +92,7 @@ def inductor_mm_plugin_mm(a, b, *, out):
     return out
 
 
+@_in_range("addmm", 1)
 def inductor_mm_plugin_addmm(bias, a, b, *, beta=1, alpha=1, out):
     result = addmm_launch(bias, a, b, beta, alpha, out=out)
     if result is not out:
@@ -61,6 +100,7 @@ def inductor_mm_plugin_addmm(bias, a, b, *, beta=1, alpha=1, out):
     return out
 
 
+@_in_range("bmm", 0)
 def inductor_mm_plugin_bmm(a, b, *, out):
     result = bmm_launch(a, b, out=out)
     if result is not out:
