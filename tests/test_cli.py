@@ -112,7 +112,7 @@ def test_a_bad_select_is_a_usage_error(no_compare, capsys):
         ("max_autotun=true", "Did you mean 'max_autotune'"),
         ("select=everything", "select must be one of 'auto', 'all', 'opted_in'"),
         ("compete=maybe", "compete must be True, False or 'auto', got 'maybe'"),
-        ("max_autotune=3", "--option max_autotune: expected a bool (the default is False), got 3"),
+        ("max_autotune=3", "option 'max_autotune' must be bool, got 3 (int)"),
         ("max_autotune", "--option expects KEY=VALUE, got 'max_autotune'"),
     ],
 )
