@@ -376,3 +376,56 @@ def test_profile_attributes_matmul_events_to_sites():
     assert found[("aten", key)].calls == 2  # torch.mm and torch.addmm, once each per step
     assert found[("plugin", key)].calls == 2 and found[("plugin", key)].per_call_us == 1.0
     assert set(found) == {("aten", key), ("plugin", key)}
+
+
+def _site(module, op="mm", shapes=((8, 16), (16, 4)), routed=True, timed=None):
+    from inductor_mm_plugin.comparison.report import SiteResult
+
+    return SiteResult(graph=0, module=module, op=op, phase="forward", shapes=[list(s) for s in shapes],
+                      dtype="bfloat16", strides=[[16, 1], [4, 1]], routed=routed, reason="", timed=timed)  # fmt: skip
+
+
+def test_site_times_and_the_why_come_from_the_profiles():
+    """Routed sites take their per-call times from each arm's profile; when the routed kernels
+    win but the step is slower, the report says where the step lost."""
+    from inductor_mm_plugin.comparison import _from_profiles, _profile_summary
+    from inductor_mm_plugin.comparison.profile import Kernels, Profile
+
+    key = ("mm", (8, 16), (16, 4))
+    stock = Profile({("aten", key): Kernels(20.0, 2), ("aten", ("mm", (8, 4), (4, 4))): Kernels(5.0, 1)}, 100.0)
+    plugin = Profile({("plugin", key): Kernels(10.0, 2), ("aten", ("mm", (8, 4), (4, 4))): Kernels(5.0, 1)}, 130.0)
+    sites = [_site("up"), _site("out", shapes=((8, 4), (4, 4)), routed=False),
+             _site("bias", op="addmm", shapes=((4,), (8, 16), (16, 4)))]  # fmt: skip
+    _from_profiles(sites, {"stock": stock, "plugin": plugin})
+    up, out, bias = sites
+    assert (up.timed, up.plugin_ms, up.aten_ms) == ("profile", 0.005, 0.010)
+    assert bias.timed == "profile" and bias.speedup == 2.0  # addmm meets its (a, b) calls too
+    assert out.timed is None
+    slower = {"verdict": "slower", "cudagraphs": True, "speedup": 0.8}
+    summary = _profile_summary({"stock": stock, "plugin": plugin}, slower)
+    assert (summary["routed_plugin_us"], summary["routed_stock_us"]) == (10.0, 20.0)
+    assert "the rest of the step's kernels took 120.0 us" in summary["why"] and "against 80.0 us" in summary["why"]
+    assert _profile_summary({"stock": stock, "plugin": plugin}, {**slower, "verdict": "within noise"})["why"] == ""
+
+
+def test_a_plan_routes_where_the_profile_won(tmp_path):
+    """--write-plan routes a site only where its kernels beat stock's by the margin in the model."""
+    from inductor_mm_plugin.comparison import _write_plan
+    from inductor_mm_plugin.inductor import plan_file
+    from inductor_mm_plugin.inductor.routing import SiteRecord
+    from inductor_mm_plugin.inductor.selection import Site
+
+    def record(module):
+        site = Site("mm", module, "Linear", "forward", ((8, 16), (16, 4)), ("bfloat16",) * 2, ((16, 1), (4, 1)),
+                    "cuda:0", "mm", None)  # fmt: skip
+        return SiteRecord(site, True, "")
+
+    records = [record("won"), record("close"), record("lost")]
+    sites = [_site(m, timed="profile") for m in ("won", "close", "lost")]
+    for s, (p, a) in zip(sites, ((1.0, 2.0), (1.0, 1.01), (2.0, 1.0))):
+        s.plugin_ms, s.aten_ms = p, a
+    path = tmp_path / "plan.json"
+    _write_plan(path, records, sites, nn.Linear(2, 2))
+    plan = plan_file.load(path)
+    assert plan.model == "Linear"
+    assert [plan.route[plan_file.site_key(r.site)] for r in records] == [True, False, False]
