@@ -51,6 +51,7 @@ stock_max_autotune; plugin compile <= 1.3x stock; error within 1.1x of stock's).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import math
 import os
@@ -261,6 +262,49 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30)) if torch.isfinite(out).all() else math.inf
 
 
+@contextlib.contextmanager
+def routing_clock():
+    """Where a plugin arm's compile time goes: ``measure.decide`` in all (``decide_s``), and
+    within it the first call of each plugin kernel (``first_calls_s``: Triton's compile and the
+    launch plan), for ``routing``: decide_s, first_calls_s, sites, timed."""
+    from inductor_mm_plugin.inductor import measure
+
+    spent = {"decide_s": 0.0, "first_calls_s": 0.0, "sites": 0, "timed": 0}
+    decide, measure_fn, call = measure.decide, measure.measure, measure._call
+
+    def timed_decide(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return decide(*args, **kwargs)
+        finally:
+            spent["decide_s"] += time.perf_counter() - t0
+            spent["sites"] += 1
+
+    def counted_measure(*args, **kwargs):
+        spent["timed"] += 1
+        return measure_fn(*args, **kwargs)
+
+    def first_call_timed(*args, **kwargs):
+        fn, first = call(*args, **kwargs), [kwargs.get("plugin", args[-1] if args else False)]
+
+        def run():
+            if not first[0]:
+                return fn()
+            first[0] = False
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            spent["first_calls_s"] += time.perf_counter() - t0
+
+        return run
+
+    measure.decide, measure.measure, measure._call = timed_decide, counted_measure, first_call_timed
+    try:
+        yield spent
+    finally:
+        measure.decide, measure.measure, measure._call = decide, measure_fn, call
+
+
 def site_check(records, plugin_profile, stock_profile) -> dict:
     """Was each routed site's decision right in the model? Its kernels' GPU time per call in the
     plugin arm's profiled step against stock's for the same calls (comparison/profile.py).
@@ -317,7 +361,7 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         if arm.startswith("plugin"):
             cold_plugin()
-        with _fresh_cache(), record_sites() as sites:
+        with _fresh_cache(), record_sites() as sites, routing_clock() as spent:
             t0 = time.perf_counter()
             step = client.arm(compile_fn(arm))
             out = step()  # compiles
@@ -328,9 +372,12 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
         steps[arm] = step
         info[arm] = dict(compile_s=compile_s, err=relative_error(out, ref), routed_sites=sum(s.routed for s in sites),
                          sites=len(sites), records=list(sites))  # fmt: skip
+        if arm.startswith("plugin"):
+            info[arm]["routing"] = {k: round(v, 2) for k, v in spent.items()}
         del out
         print(f"  {name}/{arm}: compiled in {compile_s:.1f}s, err {info[arm]['err']:.2e}, "
-              f"{info[arm]['routed_sites']}/{info[arm]['sites']} sites routed", flush=True)  # fmt: skip
+              f"{info[arm]['routed_sites']}/{info[arm]['sites']} sites routed"
+              + (f"; routing {info[arm]['routing']}" if "routing" in info[arm] else ""), flush=True)  # fmt: skip
 
     profiles = {arm: profile_step(step) for arm, step in steps.items()} if device == "cuda" else {}
     for arm in arms:
