@@ -5,10 +5,9 @@ Importing the package registers the ops ``torch.ops.inductor_mm_plugin.mm``, ``.
 integration (``inductor_options``) is imported when first used.
 """
 
-__version__ = "0.1.0"
-
-from .ops import KernelFallbackWarning, addmm, bmm, mm, mm_swiglu, set_autotune, warmup  # noqa: E402  (registers the ops)
-from .opt_in import opt_in, opt_out  # noqa: E402
+from .ops import KernelFallbackWarning, addmm, bmm, mm, mm_swiglu, set_autotune, warmup  # (registers the ops)
+from .opt_in import opt_in, opt_out
+from .version import __version__
 
 
 def inductor_options(*, select="auto", compete="auto", **inductor_config):

@@ -53,7 +53,7 @@ def setup() -> dict:
     import torch
     import triton
 
-    from .. import __version__
+    from ..version import __version__
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     return {"plugin": __version__, "torch": torch.__version__, "triton": triton.__version__, "gpu": gpu}

@@ -40,8 +40,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from .. import __version__
 from ..kernels.matmul import interpreting
+from ..version import __version__
 from . import compat, decision, measure
 from .graph import VIEWS, copy_meta, elementwise, pointwise
 from .decision import Compete, RouteDecision
