@@ -47,7 +47,7 @@ def test_cpu_without_interpreter_falls_back_to_aten():
     code = textwrap.dedent(
         """
         import warnings, torch, inductor_mm_plugin
-        from inductor_mm_plugin.kernels.matmul import interpreting
+        from inductor_mm_plugin.interpreter import interpreting
         assert not interpreting()
         a, b = torch.randn(6, 5), torch.randn(5, 3)
         with warnings.catch_warnings(record=True) as w:
@@ -118,7 +118,7 @@ def test_version():
 
 
 def test_interpreter_defect_is_named_for_triton_36_with_numpy_24():
-    from inductor_mm_plugin.kernels.matmul import interpreter_defect_of
+    from inductor_mm_plugin.interpreter import interpreter_defect_of
 
     reason = interpreter_defect_of("3.6.0", "2.4.1")
     assert "triton-lang/triton#9171" in reason and "numpy 2.4.1" in reason
@@ -365,7 +365,7 @@ def test_threads_on_the_interpreter_get_right_results():
     # Triton's interpreter patches triton.language while a kernel runs, so two kernels at
     # once break each other: 8 threads raised InterpreterErrors and once returned a wrong
     # result. Launches under the interpreter are serialized (runtime/launch.py, _interpreter_lock).
-    from inductor_mm_plugin.kernels.matmul import interpreting
+    from inductor_mm_plugin.interpreter import interpreting
     from inductor_mm_plugin.ops.reference import assert_matmul_close
 
     if not interpreting():
@@ -417,7 +417,7 @@ def test_warmup_without_cuda_says_so(monkeypatch):
 
 
 def test_warmup_on_the_cpu_under_the_interpreter():
-    from inductor_mm_plugin.kernels.matmul import interpreting
+    from inductor_mm_plugin.interpreter import interpreting
     from inductor_mm_plugin.runtime import warmup
 
     if not interpreting():

@@ -13,7 +13,7 @@ from cases import bias_of, kernel_args, operand, poisoned, randn
 from inductor_mm_plugin import runtime
 from inductor_mm_plugin.configs import k_per_split, persistent_programs
 from inductor_mm_plugin.configs.hopper import INTERPRETER_PTR, INTERPRETER_TMA
-from inductor_mm_plugin.kernels.matmul import interpreting
+from inductor_mm_plugin.interpreter import interpreting
 from inductor_mm_plugin.ops.reference import assert_matmul_close
 from inductor_mm_plugin.runtime import direct
 from inductor_mm_plugin.runtime.device import num_sms

@@ -40,7 +40,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..kernels.matmul import interpreting
+from ..interpreter import interpreting
 from ..version import __version__
 from . import compat, decision, measure
 from .graph import VIEWS, copy_meta, elementwise, pointwise

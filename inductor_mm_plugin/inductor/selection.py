@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from ..kernels.matmul import interpreter_defect, interpreting
+from ..interpreter import interpreter_defect, interpreting
 from ..runtime import SUPPORTED_DTYPES
 from . import compat
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.matmul import interpreting
+from ..interpreter import interpreting
 from ..runtime import pointer_kernel_reason
 from . import decision
 from .decision import Compete, RouteDecision

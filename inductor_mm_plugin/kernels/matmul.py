@@ -30,48 +30,12 @@ no power-of-two divisor (1531 x 1531) load one element at a time, without cp.asy
 
 from __future__ import annotations
 
-import functools
-import os
-
 import triton
 import triton.language as tl
 
-
-def interpreting() -> bool:
-    """True when Triton runs kernels on the CPU through its interpreter.
-
-    The decision is made once, when ``@triton.jit`` below runs: TRITON_INTERPRET must be
-    set before this module is imported for the CPU path to exist.
-    """
-    return _INTERPRETING
-
-
-_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def interpreter_defect_of(triton_version: str, numpy_version: str) -> str | None:
-    """Why this Triton interpreter cannot run the kernels with this numpy, or None.
-
-    Triton 3.6's interpreter turns a loop bound into a Python int with ``int()`` on a
-    one-element array, which numpy >= 2.4 rejects ("only 0-dimensional arrays can be
-    converted to Python scalars"): every kernel here loops over K. Upstream issue
-    triton-lang/triton#9171, fixed in triton 3.7.
-    """
-    major_minor = lambda v: tuple(int(x) for x in v.split("+")[0].split(".")[:2])  # noqa: E731
-    if major_minor(triton_version) < (3, 7) and major_minor(numpy_version) >= (2, 4):
-        return (f"Triton {triton_version}'s interpreter cannot run the kernel's loops with numpy {numpy_version} "
-                "(triton-lang/triton#9171, fixed in triton 3.7): use triton >= 3.7 or numpy < 2.4")  # fmt: skip
-    return None
-
-
-@functools.cache
-def interpreter_defect() -> str | None:
-    """``interpreter_defect_of`` for the installed versions, when the interpreter is on."""
-    if not _INTERPRETING:
-        return None
-    import numpy
-
-    return interpreter_defect_of(triton.__version__, numpy.__version__)
+# Temporary: comparison/__init__.py still imports interpreting from here (issue 30 moves it to
+# ..interpreter); nothing else does.
+from ..interpreter import interpreting  # noqa: F401
 
 
 @triton.jit

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..kernels.matmul import interpreter_defect, interpreting
+from ..interpreter import interpreter_defect, interpreting
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Element offsets inside one matrix are 32-bit in the kernels.

@@ -25,7 +25,7 @@ import torch
 import triton
 
 from ..configs import MatmulConfig, batch_fits, candidate_configs, heuristic_config
-from ..kernels.matmul import interpreting
+from ..interpreter import interpreting
 from . import direct, tuning
 from .checks import (
     check_addmm_args,

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 
 from ..configs import MatmulConfig, Problem, batch_fits
-from ..kernels.matmul import interpreting
+from ..interpreter import interpreting
 from . import device as _device
 from .device import num_sms
 

@@ -16,7 +16,8 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..configs import MatmulConfig, Problem, k_per_split, persistent_programs
-from ..kernels.matmul import _matmul_kernel, interpreting
+from ..interpreter import interpreting
+from ..kernels.matmul import _matmul_kernel
 from ..kernels.matmul_tma import _matmul_kernel_tma
 from . import direct, split_k
 from .device import raw_stream
