@@ -1,7 +1,9 @@
-"""Smoke test of every private torch API the plugin touches (inductor_mm_plugin/inductor/compat.py)."""
+"""Smoke test of every private torch API the plugin touches: inductor_mm_plugin/inductor/compat.py,
+and inductor_mm_plugin/torch_c.py for the layers below inductor/."""
 
 import torch
 
+from inductor_mm_plugin import torch_c
 from inductor_mm_plugin.inductor import compat
 
 
@@ -49,12 +51,25 @@ def test_dynamo_frame_locals_inside_a_trace():
     assert "marker_arg" in seen
 
 
-def test_private_torch_c_names_the_ops_layer_uses():
-    # ops/matmul.py: the autograd kernels run the op below autograd as torch's own
-    # register_autograd does; the direct launch reads the current CUDA stream's handle.
-    assert callable(torch._C._AutoDispatchBelowAutograd)
+def test_private_torch_c_bindings_below_inductor():
+    # inductor_mm_plugin/torch_c.py, the runtime and ops layers' shim: the autograd kernels run
+    # the op below autograd as torch's own register_autograd does; the direct launch reads
+    # the current CUDA stream's handle.
+    x = torch.ones(2, requires_grad=True)
+    with torch_c.below_autograd():
+        assert not (x * 2).requires_grad
+    with torch_c.below_autograd_and_views():
+        assert not (x * 2).requires_grad
     if torch.cuda.is_available():
-        assert callable(torch._C._cuda_getCurrentRawStream)
+        assert torch_c.current_raw_stream(0) == torch.cuda.current_stream(0).cuda_stream
+    else:
+        assert callable(torch_c.current_raw_stream)
+
+
+def test_pytree():
+    tree = {"a": [torch.ones(1), 2], "b": (torch.zeros(2),)}
+    assert len([t for t in compat.tree_leaves(tree) if isinstance(t, torch.Tensor)]) == 2
+    assert compat.tree_map(lambda t: 1, tree) == {"a": [1, 1], "b": (1,)}
 
 
 def test_private_apis_of_export_and_logging():

@@ -193,7 +193,7 @@ class _RecordingLauncher:
 
 def _on_stream_7(monkeypatch):
     """The direct launch asks for the current CUDA stream: stream 7, also without a GPU."""
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr("inductor_mm_plugin.runtime.plan.raw_stream", lambda device: 7)
 
 
 @pytest.mark.parametrize("split", [1, 2])

@@ -1,4 +1,6 @@
-"""Every private ``torch._inductor`` / ``torch._dynamo`` API the plugin touches, in one place.
+"""Every private ``torch._inductor`` / ``torch._dynamo`` API the plugin touches, in one place
+(with ``torch.utils._pytree``). The layers below ``inductor/`` (``runtime/``, ``ops/``) cannot
+import this module; their few private ``torch._C`` calls are in ``inductor_mm_plugin/torch_c.py``.
 
 Supported: torch 2.11 (the GPU machine, triton 3.6) and torch 2.13 (CI, triton 3.7.1).
 ``tests/test_compat.py`` imports each name here, so an API that moves fails one smoke test
@@ -36,6 +38,7 @@ from torch._inductor.select_algorithm import (  # noqa: F401
 )
 from torch._inductor.utils import can_use_tma  # noqa: F401
 from torch._inductor.virtualized import V
+from torch.utils._pytree import tree_leaves, tree_map  # noqa: F401  (no public pytree in torch 2.13)
 
 TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 

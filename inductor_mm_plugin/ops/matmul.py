@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import torch_c
 from ..runtime.checks import (
     check_addmm_args,
     check_bmm_args,
@@ -69,7 +70,7 @@ def _aten_for_sparse(name: str, check, arg_names: tuple[str, ...]):
         # Below ADInplaceOrView too, as in inference mode: below autograd alone, torch 2.13's
         # sparse @ sparse (aten::_sparse_sparse_matmul) returned an empty result on the CPU
         # (no upstream issue found).
-        with torch._C._AutoDispatchBelowADInplaceOrView():
+        with torch_c.below_autograd_and_views():
             result = aten(*args, **kwargs)
         warn_fallback(op, layout_unsupported_reason(*args), 3)
         return (result.to_dense() if result.layout != torch.strided else result).contiguous()
@@ -205,7 +206,7 @@ def needs_grad(*tensors: torch.Tensor) -> bool:
     return any(t.requires_grad for t in tensors)
 
 
-# The autograd kernels. ``_AutoDispatchBelowAutograd`` is how torch's own register_autograd
+# The autograd kernels. ``torch_c.below_autograd`` is how torch's own register_autograd
 # kernels (torch/_library/autograd.py) run an op below autograd; no public spelling exists.
 
 
@@ -213,7 +214,7 @@ def _matmul_autograd(op):
     def kernel(a, b):
         if needs_grad(a, b):
             return _MatmulFunction.apply(op, a, b)
-        with torch._C._AutoDispatchBelowAutograd():
+        with torch_c.below_autograd():
             return op(a, b)
 
     return kernel
@@ -222,7 +223,7 @@ def _matmul_autograd(op):
 def _addmm_autograd(bias, a, b, *, beta=1, alpha=1):
     if needs_grad(bias, a, b):
         return _AddmmFunction.apply(bias, a, b, beta, alpha)
-    with torch._C._AutoDispatchBelowAutograd():
+    with torch_c.below_autograd():
         return _ADDMM(bias, a, b, beta=beta, alpha=alpha)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .. import torch_c
 from ..runtime.checks import check_same, check_tensor_args, fmt_shape
 from ..runtime.launch import mm_launch
 from .matmul import PT2, SPARSE_KEYS, mm, needs_grad
@@ -132,7 +133,7 @@ class _MmSwigluFunction(torch.autograd.Function):
 def _mm_swiglu_autograd(x, w_gate, w_up):
     if needs_grad(x, w_gate, w_up):
         return _MmSwigluFunction.apply(x, w_gate, w_up)
-    with torch._C._AutoDispatchBelowAutograd():
+    with torch_c.below_autograd():
         return _MM_SWIGLU(x, w_gate, w_up)
 
 

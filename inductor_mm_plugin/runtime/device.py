@@ -8,6 +8,7 @@ import contextlib
 
 import torch
 
+from .. import torch_c
 from ..configs import INTERPRETER_NUM_SMS
 
 _NUM_SMS: dict[int, int] = {}
@@ -33,7 +34,7 @@ def device_guard(device: torch.device):
 
 def raw_stream(device: torch.device) -> int:
     """The current stream's handle (what a launch goes on); 0 on the CPU (the interpreter)."""
-    return torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
+    return torch_c.current_raw_stream(device.index) if device.type == "cuda" else 0
 
 
 # TMA (the tensor-memory accelerator the TMA kernel and templates read operands through) is

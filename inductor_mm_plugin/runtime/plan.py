@@ -187,7 +187,7 @@ class Plan:
         (nothing launched) if the launcher rejects the call.
         """
         compiled = self.compiled
-        stream = torch._C._cuda_getCurrentRawStream(self.device.index)
+        stream = raw_stream(self.device)
         pout = out.data_ptr()
         pbias = bias.data_ptr() if self.flags.has_bias else pout
         scalars = (float(alpha), float(beta))

@@ -1,0 +1,23 @@
+"""Every private ``torch._C`` binding the layers below ``inductor/`` call, in one place.
+
+``inductor/compat.py`` holds the private ``torch._inductor`` / ``torch._dynamo`` APIs, but
+``runtime/`` and ``ops/`` sit below ``inductor/`` and cannot import it: they import this leaf
+module instead. ``tests/test_compat.py`` checks every name here, as it checks compat's, so a
+binding that moves fails one smoke test rather than an op call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# How torch's own register_autograd kernels (torch/_library/autograd.py) run an op below
+# autograd (ops/: the autograd kernels); no public spelling exists.
+below_autograd = torch._C._AutoDispatchBelowAutograd
+# Below ADInplaceOrView as well, as inference mode runs an op (ops/matmul.py: aten's sparse matmuls).
+below_autograd_and_views = torch._C._AutoDispatchBelowADInplaceOrView
+
+
+def current_raw_stream(device_index: int) -> int:
+    """The handle of the device's current CUDA stream, as Inductor's generated code reads it
+    (what a launch goes on). Looked up at each call: CPU builds of torch have no CUDA bindings."""
+    return torch._C._cuda_getCurrentRawStream(device_index)
