@@ -159,7 +159,7 @@ def train(scenario, rank, world, device, dtype, seed):
     """Train three steps with each arm; return errors against float64, and what ran."""
     from torch._inductor.utils import run_and_get_code
 
-    from inductor_mm_plugin.inductor.routing import record_sites
+    from inductor_mm_plugin.inductor.records import record_sites
 
     torch.manual_seed(seed)
     base = Tower(dtype, device) if scenario == "fsdp2" else Stack(dtype, device)

@@ -236,7 +236,7 @@ def test_json_names_what_a_site_competes_with():
     pass typed it (inductor/decision.py's Compete)."""
     from inductor_mm_plugin.comparison import _site_result
     from inductor_mm_plugin.inductor.decision import Compete
-    from inductor_mm_plugin.inductor.routing import SiteRecord
+    from inductor_mm_plugin.inductor.records import SiteRecord
     from inductor_mm_plugin.inductor.selection import Site
 
     site = Site(op="mm", module="down", module_type="Linear", phase="forward", shapes=((4, 32), (32, 16)),

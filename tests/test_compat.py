@@ -79,7 +79,7 @@ def test_private_apis_of_export_and_logging():
     # The C++ wrapper's fallback kernel (lowering.py).
     assert callable(compat.fallback_handler) and "add_to_fallback_set" in inspect.signature(compat.fallback_handler).parameters
     assert compat.cpp_wrapper() is False  # not inside a lowering
-    # Cached routing decisions (routing.py, backend.py): Inductor's counters, replayed on a
+    # Cached routing decisions (records.py, backend.py): Inductor's counters, replayed on a
     # cache hit, and compile_fx's inner compile.
     assert isinstance(compat.counters["inductor"], collections.Counter)
     assert "inner_compile" in inspect.signature(compat.compile_fx).parameters

@@ -21,7 +21,7 @@ from integration_utils import MLP, run_compiled
 
 import inductor_mm_plugin
 from inductor_mm_plugin.inductor.lowering import register_lowerings
-from inductor_mm_plugin.inductor.routing import record_sites
+from inductor_mm_plugin.inductor.records import record_sites
 
 # How the C++ wrapper calls an op through the dispatcher (torch 2.11 and 2.13).
 DISPATCHER_CALL = re.compile(r'findSchemaOrThrow\("inductor_mm_plugin::(mm|addmm|bmm|mm_swiglu)"')

@@ -16,7 +16,7 @@ from torch._inductor.utils import fresh_cache, run_and_get_code
 
 import inductor_mm_plugin
 from inductor_mm_plugin import opt_in, opt_out
-from inductor_mm_plugin.inductor.routing import record_sites
+from inductor_mm_plugin.inductor.records import record_sites
 
 D = 16
 

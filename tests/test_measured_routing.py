@@ -14,7 +14,7 @@ from inductor_mm_plugin.comparison.timing import AB
 from inductor_mm_plugin.comparison.report import Timing
 from inductor_mm_plugin.inductor import measure, plan_file, routing
 from inductor_mm_plugin.inductor.measure import Measurement
-from inductor_mm_plugin.inductor.routing import record_sites
+from inductor_mm_plugin.inductor.records import record_sites
 
 
 def x_of(*shape):

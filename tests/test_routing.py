@@ -23,7 +23,7 @@ from integration_utils import (
 import inductor_mm_plugin
 from inductor_mm_plugin import opt_in, opt_out
 from inductor_mm_plugin.inductor.decision import META_KEY
-from inductor_mm_plugin.inductor.routing import record_sites
+from inductor_mm_plugin.inductor.records import record_sites
 from inductor_mm_plugin.inductor.selection import Site
 
 
@@ -192,7 +192,7 @@ def test_cpu_without_interpreter_stays_on_stock():
     code = textwrap.dedent(
         """
         import torch
-        from inductor_mm_plugin.inductor.routing import record_sites
+        from inductor_mm_plugin.inductor.records import record_sites
         with record_sites() as records:
             f = torch.compile(lambda a, b: a @ b, backend="inductor_mm_plugin")
             a, b = torch.randn(4, 8), torch.randn(8, 3)

@@ -13,7 +13,8 @@ from integration_utils import MLP, count_calls, run_compiled
 
 from inductor_mm_plugin.inductor.decision import META_KEY, RouteDecision
 from inductor_mm_plugin.inductor.options import PluginOptions
-from inductor_mm_plugin.inductor.routing import record_sites, route_graph
+from inductor_mm_plugin.inductor.records import record_sites
+from inductor_mm_plugin.inductor.routing import route_graph
 from inductor_mm_plugin.inductor import measure
 from inductor_mm_plugin.inductor.measure import Measurement
 from inductor_mm_plugin.inductor.selection import RootInfo

@@ -19,7 +19,8 @@ from torch.testing import FileCheck
 
 import inductor_mm_plugin
 from inductor_mm_plugin.inductor.options import PluginOptions
-from inductor_mm_plugin.inductor.routing import RoutePass, record_sites
+from inductor_mm_plugin.inductor.records import record_sites
+from inductor_mm_plugin.inductor.routing import RoutePass
 from inductor_mm_plugin.ops.reference import assert_mm_swiglu_close, mm_swiglu_reference
 
 ops = torch.ops.inductor_mm_plugin

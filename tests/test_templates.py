@@ -36,7 +36,7 @@ from inductor_mm_plugin import runtime
 from inductor_mm_plugin.configs import MatmulConfig
 from inductor_mm_plugin.configs.hopper import INTERPRETER_TMA
 from inductor_mm_plugin.configs.templates import pointer_template_configs, tma_template_configs
-from inductor_mm_plugin.inductor.routing import record_sites
+from inductor_mm_plugin.inductor.records import record_sites
 from inductor_mm_plugin.inductor.templates import config_kwargs, pointer, tma
 from inductor_mm_plugin.kernels.matmul import _divmod, _matmul_kernel, _tile_coords
 from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile
@@ -397,7 +397,7 @@ def test_gpu_swiglu_product_stays_out_of_the_template():
     """Unless fused into one mm_swiglu (off here), silu(gate(x)) * up(x) joins two matmuls:
     both run the extern plugin kernel and the product runs in Inductor's own pointwise
     kernel (fused into one of the two templates, it lost on the H200; see
-    routing._feeds_pointwise)."""
+    graph.feeds_pointwise)."""
     module = SwiGLU(D, F_, torch.bfloat16)
     x = torch.randn(2048, D, device=DEVICE, dtype=torch.bfloat16)
     with torch.no_grad():

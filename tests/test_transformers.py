@@ -13,7 +13,7 @@ import torch
 from integration_utils import count_calls, run_and_get_code
 from torch._inductor.utils import fresh_cache
 
-from inductor_mm_plugin.inductor.routing import record_sites
+from inductor_mm_plugin.inductor.records import record_sites
 
 pytestmark = pytest.mark.gpu
 

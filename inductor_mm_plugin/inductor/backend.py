@@ -21,7 +21,8 @@ from typing import Any
 from . import compat
 from .lowering import register_lowerings
 from .options import PLUGIN_KEYS, PluginOptions, split_options
-from .routing import RoutePass, reporting_cached_decisions
+from .records import reporting_cached_decisions
+from .routing import RoutePass
 from .selection import RootInfo, root_from_dynamo
 
 
@@ -64,7 +65,7 @@ def _inner_compile(*args, **kwargs):
 def backend(gm, example_inputs, *, mode: str | None = None, options: dict[str, Any] | None = None):
     """The ``inductor_mm_plugin`` backend: stock Inductor plus the routing pass. Graphs
     loaded from Inductor's caches report the routing decisions they were compiled with
-    (``routing.reporting_cached_decisions``)."""
+    (``records.reporting_cached_decisions``)."""
     patches = config_patches(options, mode, root=root_from_dynamo() or RootInfo())
     with reporting_cached_decisions():  # AOTAutograd's cache loads forward and backward here
         return compat.compile_fx(gm, example_inputs, inner_compile=_inner_compile, config_patches=patches)

@@ -6,18 +6,8 @@ A pass the user already put in that slot runs first (torch 2.11 holds one object
 With ``fuse_swiglu`` on, SwiGLU's two input matmuls become one ``mm_swiglu`` node instead
 (``swiglu_pattern.py``).
 
-Logs: each decision goes to this module's logger, ``inductor_mm_plugin.inductor.routing``.
-Torch's logging system takes module names, so ``TORCH_LOGS="+inductor_mm_plugin"`` (all the
-package's logs), ``TORCH_LOGS="+inductor_mm_plugin.inductor.routing"`` (this one) and
-``torch._logging.set_logs(modules={"inductor_mm_plugin": logging.INFO})`` show them. The
-plugin registers no log alias with torch: TORCH_LOGS is parsed when torch is imported,
-before any plugin code can register one, and a registered log is reset (no propagation to
-the root logger) by every later ``set_logs`` call.
-On a cache hit (Inductor's FX graph cache or AOTAutograd's) the pass does not run, so each
-decision is also counted in ``counters["inductor"]`` under ``DECISION_PREFIX``: Inductor
-stores those counts with the compiled graph (``CompiledFxGraph.counter_deltas``) and adds
-them back when it loads the graph from either cache. ``reporting_cached_decisions`` (the
-plugin backend wraps every compile in it) logs the decisions that came back that way.
+Each decision is logged, counted for Inductor's caches and handed to ``compare`` by
+``records.py``; what a result feeds (an epilogue?) is read by ``graph.py``.
 
 Cache correctness: Inductor's FX graph cache keys on the graph and on this pass's ``uuid()``,
 never on node metadata, where the module markers are read from. So ``uuid()`` covers the
@@ -29,23 +19,21 @@ chained pass without a uuid, makes it return None, which tells Inductor not to c
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import dataclasses
 import hashlib
 import inspect
-import logging
 import pathlib
-from typing import Callable, Iterator
 
 import torch
 
 from ..interpreter import interpreting
 from ..version import __version__
 from . import compat, decision, measure
-from .graph import VIEWS, copy_meta, elementwise, pointwise
 from .decision import Compete, RouteDecision
+from .graph import copy_meta, feeds_pointwise
 from .measure import Measurement
+from .records import SiteRecord, log_decision, publish
+from .records import record_sites  # noqa: F401  (comparison/ imports it from here until issue 30)
 from .swiglu_pattern import fuse_swiglu, swiglu_pairs
 from .options import PluginOptions
 from .selection import (
@@ -60,80 +48,11 @@ from .selection import (
     root_from_dynamo,
 )
 
-log = logging.getLogger(__name__)  # "inductor_mm_plugin.inductor.routing": a module name TORCH_LOGS accepts
-
 PLUGIN_OPS = {
     "mm": torch.ops.inductor_mm_plugin.mm.default,
     "addmm": torch.ops.inductor_mm_plugin.addmm.default,
     "bmm": torch.ops.inductor_mm_plugin.bmm.default,
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class SiteRecord:
-    """A site and what the pass decided for it (what ``compare`` and the logs report)."""
-
-    site: Site
-    routed: bool
-    reason: str
-    graph: object = None  # the RoutePass's label: which captured graph (``compare``)
-    # What a routed site competes with in Inductor's autotuner (``competition``): None,
-    # Compete.ALL or Compete.KERNELS. A competing site may end up running aten's kernel.
-    compete: Compete | None = None
-    # "swiglu": the site was fused with the other matmul of a SwiGLU product into one
-    # ``inductor_mm_plugin::mm_swiglu`` (swiglu_pattern.py).
-    fused: str | None = None
-    # compete="auto" on CUDA: the plugin's kernel against aten's on the site's operands.
-    measured: Measurement | None = None
-
-
-# Listeners that want every decision (``compare``); a context manager adds one.
-_listeners: list[Callable[[SiteRecord], None]] = []
-
-
-@contextlib.contextmanager
-def record_sites() -> Iterator[list[SiteRecord]]:
-    """Collect the SiteRecord of every site any routing pass decides while inside."""
-    records: list[SiteRecord] = []
-    _listeners.append(records.append)
-    try:
-        yield records
-    finally:
-        _listeners.remove(records.append)
-
-
-# Each decision's log line, counted in Inductor's counters (see the module docstring).
-DECISION_PREFIX = "inductor_mm_plugin.routing: "
-_from_the_pass: collections.Counter = collections.Counter()  # what the pass itself counted (never cleared)
-
-
-def _decided(message: str, *args) -> None:
-    """Log one site's decision and count it where a cached graph keeps it."""
-    text = message % args
-    log.info("%s", text)
-    compat.counters["inductor"][DECISION_PREFIX + text] += 1
-    _from_the_pass[text] += 1
-
-
-def _decision_counts() -> collections.Counter:
-    return collections.Counter({key[len(DECISION_PREFIX):]: n for key, n in compat.counters["inductor"].items()
-                                if key.startswith(DECISION_PREFIX)})  # fmt: skip
-
-
-@contextlib.contextmanager
-def reporting_cached_decisions() -> Iterator[None]:
-    """Log the decisions of graphs that Inductor loads from its caches inside the block
-    (counted back by the cache, not by the pass), marked as such. Nested blocks report each
-    decision once."""
-    counts, own = _decision_counts(), _from_the_pass.copy()
-    try:
-        yield
-    finally:
-        replayed = (_decision_counts() - counts) - (_from_the_pass - own)
-        for text, n in replayed.items():
-            for _ in range(n):
-                log.info("%s (graph loaded from Inductor's cache)", text)
-        _from_the_pass.update(replayed)  # an enclosing block must not report them again
 
 
 def _package_source_hash() -> str:
@@ -229,8 +148,8 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
             if gate not in done:  # the pair's first site in graph order rewrites both
                 fuse_swiglu(graph, gate, up, product, site_of[gate], compete)
                 done.add(gate)
-            _decided("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
-                     "inductor_mm_plugin::mm_swiglu", site)  # fmt: skip
+            log_decision("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
+                         "inductor_mm_plugin::mm_swiglu", site)  # fmt: skip
         elif routed:
             if options.plan is not None:
                 routed, reason = options.plan.decide(site)
@@ -241,79 +160,20 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
                 # its epilogue in Inductor's pointwise kernel as stock.
                 # A measured or planned site runs the form that was timed: the extern kernel.
                 timed_form = measured is not None or options.plan is not None
-                epilogue = site.op != "bmm" and not timed_form and _feeds_pointwise(node)
+                epilogue = site.op != "bmm" and not timed_form and feeds_pointwise(node)
                 compete = Compete.ALL if options.compete is True and options.plan is None else None
                 _replace(graph, node, site, compete, epilogue)
                 why = f"; {measured.describe()}" if measured else "; competes with aten (compete=True)" if compete else ""
-                _decided("routed %s%s", site, why)
+                log_decision("routed %s%s", site, why)
             else:
-                _decided("not routed %s: %s", site, reason)
+                log_decision("not routed %s: %s", site, reason)
         else:
-            _decided("not routed %s: %s", site, reason)
+            log_decision("not routed %s: %s", site, reason)
         record = SiteRecord(site, routed, reason, label, compete, "swiglu" if node in fused else None, measured)
         records.append(record)
-        for listener in list(_listeners):
-            listener(record)
+        publish(record)
     graph.lint()
     return records
-
-
-# The matmuls an epilogue must not join (aten's, and the plugin's once routed).
-_MATMUL_TARGETS = {*MATMULS, *PLUGIN_OPS.values()}
-_EPILOGUE_DEPTH = 8  # how far along views and pointwise ops an epilogue is followed
-
-
-def _from_other_matmul(node: torch.fx.Node, origin: torch.fx.Node, depth: int = 4) -> bool:
-    """Whether ``node`` is computed from a matmul other than ``origin`` through views and
-    pointwise ops (a few levels deep)."""
-    if node is origin or node.op != "call_function" or depth == 0:
-        return False
-    if node.target in _MATMUL_TARGETS:
-        return True
-    if elementwise(node):
-        return any(_from_other_matmul(arg, origin, depth - 1) for arg in node.all_input_nodes)
-    return False
-
-
-def _computed_from(node: torch.fx.Node, origin: torch.fx.Node, depth: int = 4) -> bool:
-    """Whether ``node`` is ``origin`` or computed from it alone by views and pointwise ops."""
-    if node is origin:
-        return True
-    if node.op != "call_function" or depth == 0 or not elementwise(node):
-        return False
-    return bool(node.all_input_nodes) and all(_computed_from(arg, origin, depth - 1) for arg in node.all_input_nodes)
-
-
-def _feeds_pointwise(node: torch.fx.Node) -> bool:
-    """Whether the matmul's result goes into a pointwise op (an epilogue Inductor can fuse),
-    directly or through views (a Linear on a 3-D input is view -> mm -> view), and that
-    epilogue does not combine it with another matmul's result.
-
-    The exception is SwiGLU's ``silu(gate(x)) * up(x)``: Inductor fuses the product into
-    one of the two templates, whose epilogue then loads the other matmul's whole output
-    tile with its latency exposed, and the other template runs with no epilogue at all. On
-    the H200 that lost to the extern kernels plus Inductor's separate pointwise kernel
-    (M = 8192, d = 4096, f = 14336: 1620 + 1425 us against 1382 + 1382 + 163;
-    bench/results/2026-11-29-NVIDIA_H200-epilogue-breakdown.md)."""
-    found = False
-    frontier = [(node, 0)]  # the result and what is computed from it by views and pointwise ops
-    while frontier:
-        current, depth = frontier.pop()
-        for user in current.users:
-            if user.op != "call_function" or depth == _EPILOGUE_DEPTH:
-                continue
-            if user.target in VIEWS:
-                frontier.append((user, depth + 1))
-            elif pointwise(user):
-                others = [arg for arg in user.all_input_nodes if arg is not current]
-                if any(_from_other_matmul(arg, node) for arg in others):
-                    return False
-                found = True
-                # Follow ops that only compute on this result (an activation, GELU's pieces);
-                # stop at one that brings in another tensor (a residual add).
-                if all(_computed_from(arg, node) for arg in others):
-                    frontier.append((user, depth + 1))
-    return found
 
 
 def _measured_decision(node: torch.fx.Node, site: Site) -> tuple[bool, str, Measurement | None]:
