@@ -7,6 +7,7 @@ integration (``inductor_options``) is imported when first used.
 
 from .ops import KernelFallbackWarning, addmm, bmm, mm, mm_swiglu, set_autotune, warmup  # (registers the ops)
 from .opt_in import opt_in, opt_out
+from .state import reset
 from .version import __version__
 
 
@@ -28,6 +29,5 @@ def compare(model, example_inputs, **kwargs):
 
 __all__ = [
     "KernelFallbackWarning", "__version__", "addmm", "bmm", "compare", "inductor_options", "mm", "mm_swiglu", "opt_in",
-    "opt_out",
-    "set_autotune", "warmup",
+    "opt_out", "reset", "set_autotune", "warmup",
 ]  # fmt: skip

@@ -34,6 +34,17 @@ def _fresh_seed():
     yield seed
 
 
+@pytest.fixture
+def fresh_state():
+    """The plugin's process state forgotten (``inductor_mm_plugin.reset()``) before the test,
+    and what the test taught it forgotten after."""
+    import inductor_mm_plugin
+
+    inductor_mm_plugin.reset()
+    yield
+    inductor_mm_plugin.reset()
+
+
 @contextlib.contextmanager
 def allow_tf32(enabled: bool):
     """``torch.backends.cuda.matmul.allow_tf32`` set to ``enabled`` inside the block, the old

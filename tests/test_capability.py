@@ -49,14 +49,13 @@ def test_pointer_kernel_reason_names_the_gpu(capability):
     assert runtime.pointer_kernel_reason(a, b) is None
 
 
-def test_the_capability_is_looked_up_once_per_device(monkeypatch):
+def test_the_capability_is_looked_up_once_per_device(monkeypatch, fresh_state):
     calls = []
 
     def get_device_capability(index):
         calls.append(index)
         return (8, 0) if index == 1 else (9, 0)
 
-    monkeypatch.setattr(device, "_CAPABILITIES", {})
     monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -18,7 +18,7 @@ LAYERS = [
     ("runtime",),  # from a call to a launch
     ("ops",),  # the torch ops
     ("inductor",),  # inside torch.compile
-    ("comparison", "opt_in"),  # the user surface
+    ("comparison", "opt_in", "state"),  # the user surface
     ("cli", "__main__"),
 ]
 ROOT = len(LAYERS)  # the package root re-exports the surface: above everything, imported by nothing

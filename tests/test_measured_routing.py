@@ -10,6 +10,7 @@ from conftest import DEVICE
 from integration_utils import MLP, run_compiled
 from test_routing import check_code_matches
 
+import inductor_mm_plugin
 from inductor_mm_plugin.comparison.timing import AB
 from inductor_mm_plugin.comparison.report import Timing
 from inductor_mm_plugin.inductor import measure, plan_file, routing
@@ -171,11 +172,10 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize("bad", MALFORMED)
-def test_a_malformed_routing_cache_entry_is_measured_again(tmp_path, monkeypatch, bad):
+def test_a_malformed_routing_cache_entry_is_measured_again(tmp_path, monkeypatch, fresh_state, bad):
     store = measure.RoutingCache("TEST GPU", "3.6.0", "abc", tmp_path, torch="2.11.0")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "TEST GPU")
     monkeypatch.setattr(measure, "routing_cache", lambda gpu: store if gpu == "TEST GPU" else None)
-    monkeypatch.setattr(measure, "_MEMORY", {})
     measured = []
 
     def fake_measure(op, layouts, dtype, device, alpha, beta, graphs):
@@ -188,7 +188,7 @@ def test_a_malformed_routing_cache_entry_is_measured_again(tmp_path, monkeypatch
     hit = measure.cached_or_measure("mm|key", "mm", vals, 1, 1, True)
     assert measured == ["mm"] and hit.ratio == pytest.approx(1.25)
     # The new measurement replaced the bad entry, on disk too: a new process reads it back.
-    monkeypatch.setattr(measure, "_MEMORY", {})
+    inductor_mm_plugin.reset()
     fresh = measure.RoutingCache("TEST GPU", "3.6.0", "abc", tmp_path, torch="2.11.0")
     monkeypatch.setattr(measure, "routing_cache", lambda gpu: fresh)
     assert measure.cached_or_measure("mm|key", "mm", vals, 1, 1, True) == hit

@@ -75,7 +75,7 @@ def publish(record: SiteRecord) -> None:
 
 # Each decision's log line, counted in Inductor's counters (see the module docstring).
 DECISION_PREFIX = "inductor_mm_plugin.routing: "
-_from_the_pass: collections.Counter = collections.Counter()  # what the pass itself counted (never cleared)
+_from_the_pass: collections.Counter = collections.Counter()  # what the pass itself counted
 
 
 def log_decision(message: str, *args) -> None:
