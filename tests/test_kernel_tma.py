@@ -239,7 +239,7 @@ def test_tf32_operand_swap_paths(tf32, ta, tb, cfg):
 def test_gpu_every_tf32_candidate_is_right(tf32, ta, tb):
     """Every config the heuristic or the autotuner can run for TF32, in each layout the TMA
     kernel takes, two tiles per program: on the H200 one unflattened config with an N-major B
-    (256x128x32 s3, never a candidate) computed wrong results (bench/ab_configs.py)."""
+    (256x128x32 s3, never a candidate) computed wrong results (docs/performance.md, fp32 with TF32)."""
     M, N, K = 4096, 2048, 256
     a = operand(M, K, torch.float32, transposed=ta)
     b = operand(K, N, torch.float32, transposed=tb)

@@ -64,7 +64,7 @@ class SiteResult:
     routed: bool
     reason: str
     plugin_ms: float | None = None
-    compete: str | None = None  # routed, but Inductor's autotuner may have kept aten (routing.competition)
+    compete: str | None = None  # routed, but Inductor's autotuner may have kept aten (SiteRecord.compete)
     fused: str | None = None  # "swiglu": one of the two matmuls of an inductor_mm_plugin::mm_swiglu
     aten_ms: float | None = None
     # What plugin_ms and aten_ms are: "profile", the site's kernels' GPU time inside each arm's
@@ -276,7 +276,7 @@ def _profile(p: dict) -> str:
 def _routed(s: SiteResult) -> str:
     """"yes", "no", "yes, competes": routed, then timed against aten by Inductor's
     autotuner, which keeps the faster (the per-site times below say which that is), or
-    "yes, SwiGLU": fused with the other matmul of a SwiGLU product (routing._swiglu_pairs)."""
+    "yes, SwiGLU": fused with the other matmul of a SwiGLU product (swiglu_pattern.swiglu_pairs)."""
     if not s.routed:
         return "no"
     if s.fused == "swiglu":

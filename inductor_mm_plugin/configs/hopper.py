@@ -2,8 +2,8 @@
 
 Each entry is a config the selectors (``eager.py``, ``templates.py``) pick by name, with the
 measurement that put it there (ratios are cuBLAS time / plugin time, bf16, both layouts,
-from bench/sweep_configs.py and bench/ab_configs.py runs; docs/performance.md has the
-history). Configs whose stage count depends on the dtype are passed through
+from bench/sweep_configs.py runs and A/B runs of configs against cuBLAS, whose results are in
+bench/results/archive/*-ab-configs*.json; docs/performance.md has the history). Configs whose stage count depends on the dtype are passed through
 ``space.deepest`` by the selector.
 """
 
@@ -127,7 +127,7 @@ PTR_CANDIDATES = [
 ]  # fmt: skip
 
 # ------------------------------------------------------------------ Inductor's templates
-# The pointer template's configs (its own heuristic; templates.pointer_template_config).
+# The pointer template's configs (its own heuristic; templates.pointer_template_configs).
 TEMPLATE_PTR_FP32 = MatmulConfig("ptr", 128, 128, 32, 8, 8, 3)
 TEMPLATE_PTR_WIDE = MatmulConfig("ptr", 128, 256, 64, 8, 8, 3)
 TEMPLATE_PTR_WAVE = MatmulConfig("ptr", 128, 128, 64, 8, 8, 4)

@@ -68,7 +68,7 @@ def feeds_pointwise(node: torch.fx.Node) -> bool:
     tile with its latency exposed, and the other template runs with no epilogue at all. On
     the H200 that lost to the extern kernels plus Inductor's separate pointwise kernel
     (M = 8192, d = 4096, f = 14336: 1620 + 1425 us against 1382 + 1382 + 163;
-    bench/results/2026-11-29-NVIDIA_H200-epilogue-breakdown.md)."""
+    bench/results/archive/2026-11-29-NVIDIA_H200-epilogue-breakdown.md)."""
     found = False
     frontier = [(node, 0)]  # the result and what is computed from it by views and pointwise ops
     while frontier:

@@ -3,10 +3,9 @@
 Without a lowering a custom op reaches Inductor as an opaque fallback kernel. With one,
 Inductor decides how each routed op runs, by the pass's ``RouteDecision`` (decision.py):
 
-    compete ALL:       template configs + extern plugin kernel + aten, benchmarked by Inductor
-    compete KERNELS:   extern plugin kernel + aten, benchmarked (nothing fuses into the site)
-    a pointwise user:  the template alone, so the scheduler fuses the epilogue into it
-    otherwise:         the extern plugin kernel (the persistent TMA kernel where it applies)
+    compete ALL (compete=True):   template configs + extern plugin kernel + aten, benchmarked by Inductor
+    an epilogue (compete=False):  the template alone, so the scheduler fuses the epilogue into it
+    otherwise:                    the extern plugin kernel (the persistent TMA kernel where it applies)
 
 On the CPU (Triton's interpreter) only the extern kernel and aten exist.
 

@@ -42,8 +42,8 @@ class SiteRecord:
     routed: bool
     reason: str
     graph: object = None  # the RoutePass's label: which captured graph (``compare``)
-    # What a routed site competes with in Inductor's autotuner (``competition``): None,
-    # Compete.ALL or Compete.KERNELS. A competing site may end up running aten's kernel.
+    # What a routed site competes with in Inductor's autotuner: None, or Compete.ALL
+    # (compete=True). A competing site may end up running aten's kernel.
     compete: Compete | None = None
     # "swiglu": the site was fused with the other matmul of a SwiGLU product into one
     # ``inductor_mm_plugin::mm_swiglu`` (swiglu_pattern.py).

@@ -9,7 +9,8 @@ A *site* is one ``aten.mm`` / ``aten.addmm`` / ``aten.bmm`` node. It is routed w
   or a predicate ``select(site) -> bool``.
 
 ``opt_out`` always wins: a site inside an opted-out module is never routed. Every site that
-is not routed carries a reason, logged on the ``inductor_mm_plugin.routing`` logger.
+is not routed carries a reason, logged on the ``inductor_mm_plugin.inductor.routing`` logger
+(records.py).
 
 Module markers live on classes (see ``inductor_mm_plugin.opt_in``): Dynamo's node metadata
 names each enclosing module's class, never the instance, and never the modules around the

@@ -1,5 +1,6 @@
-"""Layer 1: private ``@triton.jit`` kernels and their configurations.
+"""The bottom layer: the private ``@triton.jit`` kernels, and nothing else.
 
-Nothing here validates input or touches torch.library; the launchers in
-``inductor_mm_plugin.ops`` do that.
+``matmul.py`` holds the pointer kernel and the jit helpers both kernels share, ``matmul_tma.py``
+the persistent TMA kernel. Their configs are chosen in ``configs/``; checks and launches are in
+``runtime/``, the torch ops in ``ops/`` (docs/design.md, Layers).
 """

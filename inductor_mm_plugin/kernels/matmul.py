@@ -13,7 +13,7 @@ and batches of them stacked at a uniform stride, go to the persistent TMA kernel
 configs of both kernels are chosen in ``configs/`` (heuristic) and ``runtime/tuning.py``
 (optional autotuning with a disk cache).
 
-Structure (from the design document in shared/reference): one program per
+Structure (from the project's original design document, a tutorial on Triton matmul): one program per
 BLOCK_M x BLOCK_N output tile, decoded from a 1-D program id; a K loop over BLOCK_K
 slices into an fp32 accumulator; masked loads and stores. Added on top:
 
@@ -44,7 +44,7 @@ def _divmod(n, d):
 
     ``div.s32`` by a runtime divisor is a long dependent chain in SASS, and the tile
     coordinates sit on the path to each tile's first load and to its store. On the H200,
-    under CUDA graphs (bench/probe_ab.py, bench/results/2026-11-30-*-probe-ab.txt), a probe
+    under CUDA graphs (bench/results/archive/2026-11-30-NVIDIA_H200-probe-ab.txt), a probe
     kernel given the grouped tile order with integer divisions went from 4.70 to 4.96 us at
     768^3 and from 9.5 to 10.1 us at 16x4096x4096 (row-major B); with this function, 4.78
     and 9.46. Here the quotient is estimated in fp32 from d's reciprocal, refined once on the

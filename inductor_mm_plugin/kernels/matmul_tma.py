@@ -10,8 +10,9 @@ dimension and a 16-byte aligned stride on the other; runtime/layout.py checks th
 pointer kernel otherwise. Host-side rather than device-side descriptors
 (``tl.make_tensor_descriptor``): a device-side one costs every program a tensormap write to
 global memory and a proxy fence before its first load, 3-4.5 us per launch on the H200
-(``bench/tma_fixed_cost.py``: 768^3 7.3 against 4.7 us, 16x4096x4096 13.1 against 8.7 us),
-as much as a whole small matmul takes.
+(768^3 7.3 against 4.7 us, 16x4096x4096 13.1 against 8.7 us;
+bench/results/archive/2026-11-29-NVIDIA_H200-tma-fixed-cost.txt), as much as a whole small
+matmul takes.
 
 Batches: each operand's descriptor covers all its matrices stacked along the outer
 (non-unit-stride) dimension, e.g. a K-major A as a (BATCH * M, K) matrix, and a work item
@@ -92,7 +93,7 @@ def _prefetch_descriptors(PREFETCH: tl.constexpr):
     parameters 0, 5 and 10. tests/test_kernel_tma.py compiles the kernel for sm_90 and
     checks that these are the parameters its TMA copies read. GPU only: the runtime passes 0
     in the interpreter. On the H200 it saved 0.3-0.4 us of 4.9 at 768^3 and was within 1% on
-    most decode shapes (bench/ab_prefetch.py).
+    most decode shapes (bench/results/archive/2026-12-01-NVIDIA_H200-ab-prefetch.txt).
     """
     if PREFETCH == 2:
         tl.inline_asm_elementwise(
@@ -225,7 +226,7 @@ def _matmul_kernel_tma(
             off_n = pid_n * BLOCK_N
         else:
             # The prologue's values are still live here; recomputing them cost 16x4096x4096
-            # 1.4 us of 8.7 on the H200 (bench/probe_ab.py).
+            # 1.4 us of 8.7 on the H200 (bench/results/archive/2026-11-30-NVIDIA_H200-probe-ab.txt).
             work_c = work
             tile_c = tile
             bid_c = bid

@@ -1,5 +1,6 @@
-"""Layer 3: the ``torch.library`` ops ``inductor_mm_plugin::mm/addmm/bmm/mm_swiglu`` (registration,
-fake, autograd) and the float64 references the tests check them against."""
+"""The ``torch.library`` ops ``inductor_mm_plugin::mm/addmm/bmm/mm_swiglu`` (registration, fake,
+autograd) and the float64 references the tests check them against: the layer above
+``runtime/``, below ``inductor/`` (docs/design.md, Layers)."""
 
 from ..runtime import KernelFallbackWarning, kernel_unsupported_reason, set_autotune, warmup
 from .matmul import addmm, bmm, mm

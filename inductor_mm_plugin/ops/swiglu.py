@@ -2,9 +2,9 @@
 ``silu(x @ w_gate) * (x @ w_up)``.
 
 The routing pass puts this op where a compiled graph computes that pattern from two routed
-matmuls of the same input whose results nothing else reads (``routing._swiglu_pairs``).
+matmuls of the same input whose results nothing else reads (``inductor/swiglu_pattern.py``).
 Its lowering (``inductor/lowering.py``) runs both matmuls in one Triton template kernel
-(``inductor/template.py``, ``SWIGLU_TMA_SOURCE``): each x tile is read once for both
+(``inductor/templates/tma.py``, the TMA template with ``SWIGLU``): each x tile is read once for both
 weights, the product is taken on the two fp32 accumulators, and only the product is
 written. Stock Inductor writes both matmul results and reads them back in a third kernel.
 

@@ -1,4 +1,5 @@
-"""Layer 2: running a matmul on the plugin's kernels, behind one small interface.
+"""Running a matmul on the plugin's kernels, behind one small interface: the layer above
+``kernels/`` and ``configs/``, below ``ops/`` (docs/design.md, Layers).
 
 * ``checks.py``: what torch would reject, and why the kernel cannot take valid operands;
 * ``layout.py``: which kernel the operands allow (TMA or pointer) and the problem's facts;

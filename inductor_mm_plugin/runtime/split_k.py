@@ -5,7 +5,8 @@ that have stored their partials: one int32 per tile, zero when the launch starts
 slice of a tile sets its counter back to zero, so every launch leaves its counters as it
 found them. A fresh ``torch.zeros`` per launch is one more node in a CUDA graph, and on the
 H200 it cost ~1 us of a 10 us decode call (1x4096x4096 under CUDA graphs: 10.6-10.8 against
-9.5-9.8 us with these counters, bench/results/2026-12-01-NVIDIA_H200-split-k-reused-counters.txt).
+9.5-9.8 us with these counters,
+bench/results/archive/2026-12-01-NVIDIA_H200-split-k-reused-counters.txt).
 
 Reused counters are correct as long as no two launches that share them run at the same time.
 That is what this module arranges:
