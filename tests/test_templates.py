@@ -1,8 +1,8 @@
 """inductor/templates/: the plugin's tile algorithms as Inductor templates.
 
-CPU: the Jinja sources rendered as Inductor renders them (StrictUndefined, stand-ins for the
-kernel's ``def_kernel``/``size``/``stride``/``store_output``) for every flag combination are
-Python; their K loops are the eager kernels' loops statement for statement, the statements
+CPU: the Jinja sources (``inductor/templates/*.py.jinja``, shipped as package data) rendered
+as Inductor renders them (StrictUndefined, stand-ins for the kernel's
+``def_kernel``/``size``/``stride``/``store_output``) for every flag combination are Python; their K loops are the eager kernels' loops statement for statement, the statements
 they share with the eager kernels are the kernels' own, their tile order is the eager
 ``_tile_coords``'s on every tile, their TMA descriptors read the eager plan's tiles, and
 SwiGLU's source is the TMA source with a twin for every line that reads B. On the CPU an
@@ -15,6 +15,7 @@ import copy
 import inspect
 import itertools
 import logging
+import pathlib
 import re
 import textwrap
 import types
@@ -37,6 +38,7 @@ from inductor_mm_plugin.configs import MatmulConfig
 from inductor_mm_plugin.configs.hopper import INTERPRETER_TMA
 from inductor_mm_plugin.configs.templates import pointer_template_configs, tma_template_configs
 from inductor_mm_plugin.inductor.records import record_sites
+from inductor_mm_plugin.inductor import templates
 from inductor_mm_plugin.inductor.templates import config_kwargs, pointer, tma
 from inductor_mm_plugin.kernels.matmul import _divmod, _matmul_kernel, _tile_coords
 from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile
@@ -64,6 +66,22 @@ def render(source: str, **flags) -> str:
         def_kernel=lambda *names: f"def kernel({', '.join(names)}):", size=lambda name, dim: f"{name}_size{dim}",
         stride=lambda name, dim: f"{name}_stride{dim}", store_output=store_output, **flags,
     )  # fmt: skip
+
+
+def test_jinja_sources_are_files_shipped_with_the_package():
+    """Each template's source is its module's ``.py.jinja`` file after the shared tile-order
+    macro, and pyproject.toml ships every such file as package data (an installed wheel reads
+    them beside the modules)."""
+    tomllib = pytest.importorskip("tomllib")
+    folder = pathlib.Path(templates.__file__).parent
+    for name, source in SOURCES.items():
+        assert source.endswith((folder / f"{name}.py.jinja").read_text())
+        assert source.startswith((folder / "tile_coords.py.jinja").read_text())
+    package = folder.parents[1]
+    globs = tomllib.loads((package.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = [package / pattern for pattern in globs["inductor_mm_plugin"]]
+    for path in folder.glob("*.py.jinja"):
+        assert any(path.match(str(pattern)) for pattern in shipped), f"{path.name} is not package data in pyproject.toml"
 
 
 def kernel_def(source: str) -> ast.FunctionDef:

@@ -56,7 +56,9 @@ PLUGIN_OPS = {
 
 
 def _package_source_hash() -> str:
-    files = tuple(sorted(str(p) for p in pathlib.Path(__file__).resolve().parents[1].rglob("*.py")))
+    package = pathlib.Path(__file__).resolve().parents[1]
+    # The templates' Jinja sources too (inductor/templates/*.py.jinja): they are code Inductor compiles.
+    files = tuple(sorted(str(p) for pattern in ("*.py", "*.py.jinja") for p in package.rglob(pattern)))
     return compat.get_hash_for_files(files).hex()
 
 

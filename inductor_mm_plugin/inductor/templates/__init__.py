@@ -10,12 +10,17 @@ epilogue, against the extern plugin kernel and aten. One template per file:
 * ``tma.py``: the persistent TMA kernel's (kernels/matmul_tma.py), and SwiGLU's two matmuls
   in one kernel from the same source.
 
+Each template's Jinja source is a file beside its module (``pointer.py.jinja``,
+``tma.py.jinja``), read by ``jinja_source``.
+
 Which configs each is offered comes from ``configs/templates.py``. CUDA only: on the CPU
 (Triton's interpreter) and wherever a template cannot be built, the lowering uses the
 extern kernel.
 """
 
 from __future__ import annotations
+
+import importlib.resources
 
 import torch
 
@@ -53,30 +58,13 @@ def num_sms(layout) -> int:
     return device_num_sms(torch.device(layout.device))
 
 
-# The grouped tile order of the eager kernels' ``_tile_coords`` (kernels/matmul.py), written
-# with integer divisions: template source cannot call a JIT function, and the eager kernels'
-# division-free ``_divmod`` is not measured in the templates. tests/test_templates.py checks
-# the two orders agree on every tile. Each template calls it as ``{{tile_coords("var")}}``.
-TILE_COORDS = r"""
-{%- macro tile_coords(tile) -%}
-group_id = {{tile}} // tiles_per_group
-first_m = group_id * GROUP_M
-group_size_m = min(num_pid_m - first_m, GROUP_M)
-pid_m = first_m + (({{tile}} % tiles_per_group) % group_size_m)
-pid_n = ({{tile}} % tiles_per_group) // group_size_m
-{%- endmacro %}"""
-
-
-def prologue(what: str, def_kernel: str = 'def_kernel("A", "B")') -> str:
-    """The opening both templates share: the kernel's signature and the problem's sizes."""
-    return TILE_COORDS + f"""
-{{{{{def_kernel}}}}}
-    # inductor_mm_plugin template: {what}
-    M = {{{{size("A", 0)}}}}
-    N = {{{{size("B", 1)}}}}
-    K = {{{{size("A", 1)}}}}
-    if M * N == 0:
-        return"""
+def jinja_source(name: str) -> str:
+    """The Jinja source of template ``name``: ``tile_coords.py.jinja`` (the grouped tile order,
+    a macro every template calls), then ``<name>.py.jinja``. The files sit beside this module,
+    as Inductor keeps its own templates (``load_kernel_template``), and ship as package data."""
+    files = importlib.resources.files(__package__)
+    macros = files.joinpath("tile_coords.py.jinja").read_text()
+    return macros.rstrip("\n") + "\n" + files.joinpath(f"{name}.py.jinja").read_text()
 
 
 def config_kwargs(cfg) -> dict:

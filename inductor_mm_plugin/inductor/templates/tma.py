@@ -30,97 +30,12 @@ from ...configs import templates as template_configs
 from ...runtime import input_precision
 from ...runtime.device import no_tma_reason
 from .. import compat
-from . import config_kwargs, known_equal, num_sms, prologue, static, template, usable
+from . import config_kwargs, jinja_source, known_equal, num_sms, static, template, usable
 
 NAME = "inductor_mm_plugin_mm_tma"
 SWIGLU_NAME = "inductor_mm_plugin_mm_swiglu_tma"
 
-SOURCE = prologue(
-    "the plugin's persistent TMA kernel (kernels/matmul_tma.py){{ ', two weights (SwiGLU)' if SWIGLU else '' }}",
-    'def_kernel("A", "B", "B2") if SWIGLU else (def_kernel("BIAS", "A", "B") if HAS_BIAS else def_kernel("A", "B"))',
-) + r"""
-    if A_KMAJOR:
-        a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[{{stride("A", 0)}}, 1], block_shape=[BLOCK_M, BLOCK_K])
-    else:
-        a_desc = tl.make_tensor_descriptor(A, shape=[K, M], strides=[{{stride("A", 1)}}, 1], block_shape=[BLOCK_K, BLOCK_M])
-    if B_KMAJOR:
-        b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[{{stride("B", 1)}}, 1], block_shape=[BLOCK_N, BLOCK_K])
-        {%- if SWIGLU %}
-        b2_desc = tl.make_tensor_descriptor(B2, shape=[N, K], strides=[{{stride("B2", 1)}}, 1], block_shape=[BLOCK_N, BLOCK_K])
-        {%- endif %}
-    else:
-        b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[{{stride("B", 0)}}, 1], block_shape=[BLOCK_K, BLOCK_N])
-        {%- if SWIGLU %}
-        b2_desc = tl.make_tensor_descriptor(B2, shape=[K, N], strides=[{{stride("B2", 0)}}, 1], block_shape=[BLOCK_K, BLOCK_N])
-        {%- endif %}
-
-    start = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_work = num_pid_m * num_pid_n
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    tiles_per_group = GROUP_M * num_pid_n
-    work_c = start - NUM_SMS
-
-    for work in tl.range(start, num_work, NUM_SMS, flatten=FLATTEN):
-        {{tile_coords("work") | indent(8)}}
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        {%- if SWIGLU %}
-        acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        {%- endif %}
-        for ki in range(k_tiles):
-            off_k = ki * BLOCK_K
-            if A_KMAJOR:
-                a = a_desc.load([off_m, off_k])
-            else:
-                a = a_desc.load([off_k, off_m]).T
-            if B_KMAJOR:
-                b = b_desc.load([off_n, off_k]).T
-                {%- if SWIGLU %}
-                b2 = b2_desc.load([off_n, off_k]).T
-                {%- endif %}
-            else:
-                b = b_desc.load([off_k, off_n])
-                {%- if SWIGLU %}
-                b2 = b2_desc.load([off_k, off_n])
-                {%- endif %}
-            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-            {%- if SWIGLU %}
-            acc2 = tl.dot(a, b2, acc2, input_precision=INPUT_PRECISION)
-            {%- endif %}
-
-        # The epilogue recomputes its tile from its own counter, flattened or not (the eager
-        # kernel does so only when flattened; unmeasured here). FLATTEN comes from the eager
-        # heuristic, which unflattens where each program has one tile.
-        work_c += NUM_SMS
-        {{tile_coords("work_c") | indent(8)}}
-        {%- if HAS_BIAS %}
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        bias = tl.load(BIAS + offs_n * {{stride("BIAS", 1)}}, mask=offs_n < N, other=0.0)[None, :]
-        acc = acc + bias.to(tl.float32)
-        {%- endif %}
-        {%- if SWIGLU %}
-        acc = acc * tl.sigmoid(acc) * acc2  # silu(x @ w_gate) * (x @ w_up)
-        {%- endif %}
-        idx_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
-        {%- if EPILOGUE_SUBTILE %}
-        # Two BLOCK_N / 2 halves, each through the fused epilogue on its own: an activation
-        # over a whole 128 x 256 tile runs out of registers and spills.
-        acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-        acc0, acc1 = tl.split(acc3)
-        for half in tl.static_range(2):
-            sub = (acc0, acc1)[half]
-            idx_n = (pid_n * BLOCK_N + half * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2))[None, :]
-            mask = (idx_m < M) & (idx_n < N)
-            {{store_output(("idx_m", "idx_n"), "sub", "mask", indent_width=12, val_shape=("BLOCK_M", "BLOCK_N // 2"))}}
-        {%- else %}
-        idx_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
-        mask = (idx_m < M) & (idx_n < N)
-        {{store_output(("idx_m", "idx_n"), "acc", "mask", indent_width=8, val_shape=("BLOCK_M", "BLOCK_N"))}}
-        {%- endif %}
-"""
+SOURCE = jinja_source("tma")  # tma.py.jinja; SWIGLU on: the SwiGLU template
 
 
 def tma_template():
