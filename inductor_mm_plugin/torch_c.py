@@ -21,3 +21,9 @@ def current_raw_stream(device_index: int) -> int:
     """The handle of the device's current CUDA stream, as Inductor's generated code reads it
     (what a launch goes on). Looked up at each call: CPU builds of torch have no CUDA bindings."""
     return torch._C._cuda_getCurrentRawStream(device_index)
+
+
+def gpu_sleep(cycles: int) -> None:
+    """Keep the current CUDA stream busy for about ``cycles`` GPU clock cycles
+    (``torch.cuda._sleep``'s binding; runtime/benchmarking.py queues timed calls behind it)."""
+    torch._C._cuda_sleep(cycles)

@@ -33,10 +33,12 @@ from typing import Callable, Sequence
 
 import torch
 
+from .. import torch_c
+
 TARGET_US = 300.0  # each timed region lasts about this long: events resolve it to ~1%
 MOST_REPS = 64
 MOST_COPIES = 16
-_SLEEP_CYCLES_PER_US = 2000  # torch.cuda._sleep spins this many cycles per microsecond at ~2 GHz
+_SLEEP_CYCLES_PER_US = 2000  # torch_c.gpu_sleep spins this many cycles per microsecond at ~2 GHz
 
 
 # ------------------------------------------------------------------------- statistics
@@ -168,7 +170,7 @@ class Timer:
     def __call__(self) -> float:
         if self._graph is not None:
             return elapsed_us(self._graph.replay) / self.reps
-        torch.cuda._sleep(self._sleep_cycles)  # the GPU waits while the host enqueues every call
+        torch_c.gpu_sleep(self._sleep_cycles)  # the GPU waits while the host enqueues every call
         return elapsed_us(self._run) / self.reps
 
 
