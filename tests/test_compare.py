@@ -412,7 +412,7 @@ def test_a_plan_routes_where_the_profile_won(tmp_path):
     """--write-plan routes a site only where its kernels beat stock's by the margin in the model."""
     from inductor_mm_plugin.comparison import _write_plan
     from inductor_mm_plugin.inductor import plan_file
-    from inductor_mm_plugin.inductor.routing import SiteRecord
+    from inductor_mm_plugin.inductor.records import SiteRecord
     from inductor_mm_plugin.inductor.selection import Site
 
     def record(module):
