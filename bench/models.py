@@ -36,7 +36,7 @@ with events around plain calls (``cudagraphs: false`` in its rows). The arms are
 ``--rounds`` rounds (default 5), the order reversed each round, and ``speedup`` is the
 median over rounds of stock ms / plugin ms (stock_max_autotune / plugin_max_autotune), 1.0
 for the stock arms. The routing pass's sites are recorded while the plugin arms compile
-(``inductor.routing.record_sites()``).
+(``inductor.records.record_sites()``).
 
 Rows append to ``<out>/models.jsonl``, one per (model, arm): date, commit, gpu, torch, triton,
 model, workload, arm, ms, compile_s, rounds, err, speedup, ratio_spread, routed_sites, sites,
@@ -349,7 +349,7 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
                 warm: bool = True) -> list[dict]:  # fmt: skip
     """The rows of one model: compile each arm cold, check it, time all arms in rounds."""
     from inductor_mm_plugin.comparison.profile import profile_step
-    from inductor_mm_plugin.inductor.routing import record_sites
+    from inductor_mm_plugin.inductor.records import record_sites
 
     torch._dynamo.reset()
     torch.manual_seed(0)

@@ -76,7 +76,7 @@ def _version() -> str:
     import torch
     import triton
 
-    from . import __version__
+    from .version import __version__
 
     return f"inductor_mm_plugin {__version__} (torch {torch.__version__}, triton {triton.__version__})"
 

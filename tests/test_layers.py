@@ -25,12 +25,7 @@ ROOT = len(LAYERS)  # the package root re-exports the surface: above everything,
 
 # Imports that run back up in files another issue is rewriting, each with the fix that
 # removes it (issue 30); delete an entry when its file is fixed.
-KNOWN = {
-    # `from .. import __version__` -> `from ..version import __version__`
-    ("inductor_mm_plugin.comparison", "inductor_mm_plugin"),
-    # `from . import __version__` -> `from .version import __version__`
-    ("inductor_mm_plugin.cli", "inductor_mm_plugin"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def module_name(path: pathlib.Path) -> str:

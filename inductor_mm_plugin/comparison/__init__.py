@@ -42,14 +42,14 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from .. import __version__
+from ..version import __version__
 from ..inductor import compat, plan_file
 from ..inductor.backend import parse_options, patches_for
 from ..inductor.measure import MARGIN
 from ..inductor.options import PluginOptions
-from ..inductor.routing import SiteRecord, record_sites
+from ..inductor.records import SiteRecord, record_sites
 from ..inductor.selection import RootInfo, root_from_dynamo
-from ..kernels.matmul import interpreting
+from ..interpreter import interpreting
 from ..ops.reference import UNIT_ROUNDOFF
 from .profile import profile_step, site_key
 from .report import CompareError, Error, GraphResult, Report, SiteResult
@@ -77,7 +77,7 @@ class _Progress:
 
 
 def _tensors(tree) -> list[torch.Tensor]:
-    return [t for t in torch.utils._pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+    return [t for t in compat.tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
 
 def _error(out, ref) -> Error:
@@ -100,7 +100,7 @@ def _upcast(tree, dtype=torch.float64):
             return x.detach().to(dtype).requires_grad_(x.requires_grad)
         return x
 
-    return torch.utils._pytree.tree_map(up, tree)
+    return compat.tree_map(up, tree)
 
 
 def _float_dtype(tree) -> torch.dtype:
@@ -196,7 +196,7 @@ def compare(
     # Caches off for this compare: a cache hit would skip the routing pass, and the site
     # table is what the pass decided.
     with compat.fresh_inductor_cache(), record_sites() as records:
-        torch._dynamo.reset()
+        torch.compiler.reset()
         compiled = torch.compile(model, backend=arms.backend)
         outs, grads = {}, {}
         for arm in ("stock", "plugin"):
@@ -220,7 +220,7 @@ def compare(
             model_timing = _time_model(steps, device, rounds, warmup, reps, graphs_on)
             progress("profiling each arm's step: the GPU time of every matmul")
             profiles = {arm: profile_step(step) for arm, step in steps.items()} if cuda else {}
-        torch._dynamo.reset()
+        torch.compiler.reset()
 
     tolerance = TOLERANCE.get(dtype, 1e-3)
     model_result = _judge(outs["stock"], outs["plugin"], ref_out, tolerance)
@@ -309,7 +309,7 @@ def _run(fn, inputs, train):
     if do_backward:
         out.backward()
         grads = {n: (p.grad.detach().clone() if p.grad is not None else None) for n, p in named}
-    out = torch.utils._pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
+    out = compat.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
     return out, grads, do_backward
 
 

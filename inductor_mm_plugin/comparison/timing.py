@@ -17,7 +17,7 @@ from ..inductor import compat
 from ..inductor.backend import patches_for
 from ..inductor.measure import measure
 from ..inductor.options import PluginOptions
-from ..inductor.routing import record_sites
+from ..inductor.records import record_sites
 from ..runtime import benchmarking
 from .report import SiteResult, Timing
 

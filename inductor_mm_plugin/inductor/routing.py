@@ -33,7 +33,6 @@ from .decision import Compete, RouteDecision
 from .graph import copy_meta, feeds_pointwise
 from .measure import Measurement
 from .records import SiteRecord, log_decision, publish
-from .records import record_sites  # noqa: F401  (comparison/ imports it from here until issue 30)
 from .swiglu_pattern import fuse_swiglu, swiglu_pairs
 from .options import PluginOptions
 from .selection import (
@@ -57,8 +56,10 @@ PLUGIN_OPS = {
 
 def _package_source_hash() -> str:
     package = pathlib.Path(__file__).resolve().parents[1]
-    # The templates' Jinja sources too (inductor/templates/*.py.jinja): they are code Inductor compiles.
-    files = tuple(sorted(str(p) for pattern in ("*.py", "*.py.jinja") for p in package.rglob(pattern)))
+    # The templates' Jinja sources too (inductor/templates/*.py.jinja): they are code Inductor
+    # compiles; and the shape tables (inductor/shape_tables/*.json), which decide routing.
+    files = tuple(sorted(str(p) for pattern in ("*.py", "*.py.jinja", "shape_tables/*.json")
+                         for p in package.rglob(pattern)))  # fmt: skip
     return compat.get_hash_for_files(files).hex()
 
 

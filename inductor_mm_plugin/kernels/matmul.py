@@ -33,10 +33,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Temporary: comparison/__init__.py still imports interpreting from here (issue 30 moves it to
-# ..interpreter); nothing else does.
-from ..interpreter import interpreting  # noqa: F401
-
 
 @triton.jit
 def _divmod(n, d):
