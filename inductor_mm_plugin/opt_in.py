@@ -19,13 +19,15 @@ marked instance pickles as its original class and is marked again when loaded
 Markers survive graph breaks: Dynamo's metadata never names the modules around the frame it
 compiles (the compiled model; after a break inside a child, the child's ancestors), so the
 plugin reads those from the modules calling that frame (``RootInfo``, ``root_from_dynamo``).
+``torch.export`` records the class by name; a marked instance's class is named after its
+marker (``"Linear[opt_out]"``), so the marker travels with the exported program.
 """
 
 from __future__ import annotations
 
 import torch.nn as nn
 
-from .inductor.selection import IN, OUT, marker_of, set_marker
+from .inductor.selection import IN, OUT, instance_class_qualname, marker_of, set_marker
 
 # (original class, marker) -> its marked subclass
 _instance_classes: dict[tuple[type, str], type] = {}
@@ -40,7 +42,7 @@ def _marked_class(base: type, marker: str) -> type:
             {
                 "_inductor_mm_plugin_instance_class": True,
                 "__module__": base.__module__,
-                "__qualname__": f"{base.__qualname__}[opt_{marker}]",
+                "__qualname__": instance_class_qualname(base, marker),
                 "__reduce_ex__": _reduce_marked,
             },
         )

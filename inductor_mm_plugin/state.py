@@ -39,6 +39,7 @@ KEPT = {
     "runtime.split_k._kept": "split-K counters that captured CUDA graphs still use",
     "opt_in._instance_classes": "the marked subclass of each class and marker, which marked instances share",
     "inductor.selection._marked_classes": "the opt_in markers themselves, which the routing pass's cache key reads",
+    "inductor.selection._classes_by_name": "module classes by name for a graph being routed, gone with the graph",
     "inductor.records._listeners": "the record_sites() blocks open now",
     "inductor.lowering._PROFILED": "on only inside a profiled_calls() block (compare's profiled step)",
     "inductor.templates._templates": "Inductor's templates: a second one of the same name is an error",

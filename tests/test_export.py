@@ -1,5 +1,6 @@
-"""The C++ wrapper and AOTInductor: routed sites compile and run, and registering the
-plugin's lowerings never breaks an AOTInductor compile of a model that calls the ops itself.
+"""The C++ wrapper and AOTInductor: routed sites compile and run, registering the plugin's
+lowerings never breaks an AOTInductor compile of a model that calls the ops itself, and
+``opt_in`` / ``opt_out`` decide under torch.export (strict or not) as under torch.compile.
 
 Under either, a routed site without a template (every site on the CPU) lowers to the op as
 a fallback kernel: the C++ wrapper calls it through the dispatcher, an AOTInductor package
@@ -17,11 +18,15 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import DEVICE
-from integration_utils import MLP, run_compiled
+from integration_utils import MLP, Block, run_compiled
 
 import inductor_mm_plugin
+from inductor_mm_plugin import opt_in, opt_out
 from inductor_mm_plugin.inductor.lowering import register_lowerings
+from inductor_mm_plugin.inductor.options import PluginOptions
 from inductor_mm_plugin.inductor.records import record_sites
+from inductor_mm_plugin.inductor.routing import route_graph
+from inductor_mm_plugin.inductor.selection import RootInfo
 
 # How the C++ wrapper calls an op through the dispatcher (torch 2.11 and 2.13).
 DISPATCHER_CALL = re.compile(r'findSchemaOrThrow\("inductor_mm_plugin::(mm|addmm|bmm|mm_swiglu)"')
@@ -131,6 +136,117 @@ def test_aoti_of_the_ops_called_directly_with_the_lowerings_registered(tmp_path)
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
 
 
+# -- Markers under torch.export: its metadata names each module's class by a string
+# ("torch.nn.modules.linear.Linear[opt_out]" for a marked instance), resolved to the class.
+
+
+NOT_OPTED_IN = "not inside an opted-in module (select='auto' and the model has opted-in modules)"
+
+
+def decisions(records):
+    """(module path, op, routed, reason, module type) of each site, sorted."""
+    return sorted((r.site.module, r.site.op, r.routed, r.reason, r.site.module_type) for r in records)
+
+
+def by_site(decided):
+    return {(path, op): tuple(rest) for path, op, *rest in decided}
+
+
+def exported_decisions(model, x, select, strict):
+    """What the routing pass decides on the exported program's graph, as AOTInductor compiles it
+    (no Dynamo frame around it, so no RootInfo)."""
+    graph = torch.export.export(model, (x,), strict=strict).run_decompositions().graph_module.graph
+    return decisions(route_graph(graph, PluginOptions(select=select, compete=False), RootInfo()))
+
+
+def compiled_decisions(model, x, select):
+    with torch.no_grad(), record_sites() as records:
+        run_compiled(model, x, backend="inductor_mm_plugin", options={"select": select})
+    return decisions(records)
+
+
+def _frozen_mlp(model):
+    @opt_out
+    class FrozenMLP(MLP):  # defined in a function: found by its name among nn.Module's subclasses
+        pass
+
+    model.mlp = FrozenMLP(16, 32)
+
+
+MARKED = {  # how the model is marked, the select mode, and the sites that stay on stock
+    "opt_out an instance": (lambda m: opt_out(m.attn.proj), "all", {"attn.proj"}),
+    "opt_in under auto": (lambda m: (opt_in(m.attn), opt_out(m.attn.proj)), "auto",
+                          {"attn.proj", "mlp.up", "mlp.down"}),
+    "opted_in": (lambda m: opt_in(m.mlp.up), "opted_in", {"attn.qkv", "attn", "attn.proj", "mlp.down"}),
+    "a marked class": (_frozen_mlp, "all", {"mlp.up", "mlp.down"}),
+    "the model marked": (lambda m: (opt_out(m), opt_in(m.mlp)), "all", {"attn.qkv", "attn", "attn.proj"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("marked", MARKED)
+def test_export_reads_markers_as_torch_compile_does(marked):
+    mark, select, on_stock = MARKED[marked]
+    model, x = Block(), torch.randn(2, 8, 16, device=DEVICE)
+    mark(model)
+    want = compiled_decisions(model, x, select)
+    assert {path for path, _, routed, _, _ in want if not routed} == on_stock, want
+    assert {module_type for *_, module_type in want} == {"Linear", "Attention"}
+    for strict in (True, False):
+        assert exported_decisions(model, x, select, strict) == want, f"strict={strict}"
+
+
+def test_export_reads_class_markers_by_name_inside_the_model():
+    @opt_in
+    class Routed(nn.Linear):
+        pass
+
+    model = nn.Sequential(nn.Linear(16, 32, device=DEVICE), nn.ReLU(), Routed(32, 16, device=DEVICE))
+    got = exported_decisions(model, torch.randn(8, 16, device=DEVICE), "auto", strict=False)
+    assert got == [("0", "addmm", False, NOT_OPTED_IN, "Linear"), ("2", "addmm", True, "", "Routed")]
+
+
+def test_export_class_this_process_does_not_define_is_not_routed():
+    """A program exported elsewhere and loaded here may name a class no module here defines:
+    its marker is unknown, so the site stays on stock and says why, unless a module inside it
+    is marked (the innermost marker wins)."""
+    model = Block()
+    opt_in(model.mlp.down)
+    ep = torch.export.export(model, (torch.randn(2, 8, 16, device=DEVICE),)).run_decompositions()
+    for node in ep.graph_module.graph.nodes:
+        stack = node.meta.get("nn_module_stack") or {}
+        for key, (path, name) in stack.items():
+            if path == "mlp":
+                stack[key] = (path, "elsewhere.Gone")
+    records = route_graph(ep.graph_module.graph, PluginOptions(select="all", compete=False), RootInfo())
+    got = by_site(decisions(records))
+    routed, reason, module_type = got[("mlp.up", "addmm")]
+    assert (routed, module_type) == (False, "Linear")
+    assert reason == ("marker unknown: module 'mlp' is of class 'elsewhere.Gone' (as torch.export records it), "
+                      "which is not defined in this process: import the module that defines it before compiling")
+    assert got[("mlp.down", "addmm")] == (True, "", "Linear")  # opted in inside the unknown module
+    assert got[("attn.qkv", "addmm")] == (True, "", "Linear")
+
+
+def test_aoti_obeys_markers(tmp_path):
+    model, x = Block(), torch.randn(2, 8, 16, device=DEVICE)
+    opt_in(model.mlp)
+    opt_out(model.mlp.down)
+    with record_sites() as records:
+        out, files = aoti_run(model, x, tmp_path, inductor_mm_plugin.inductor_options(compete=False))
+    assert decisions(records) == [
+        ("attn", "bmm", False, NOT_OPTED_IN, "Attention"),
+        ("attn", "bmm", False, NOT_OPTED_IN, "Attention"),
+        ("attn.proj", "addmm", False, NOT_OPTED_IN, "Linear"),
+        ("attn.qkv", "addmm", False, NOT_OPTED_IN, "Linear"),
+        ("mlp.down", "addmm", False, "inside an opted-out module (opt_out)", "Linear"),
+        ("mlp.up", "addmm", True, "", "Linear"),
+    ]
+    if DEVICE == "cpu":
+        assert extern_ops(files) == {"inductor_mm_plugin::addmm"}
+    torch.testing.assert_close(out, model(x))
+
+
+
 # -- GPU: the same, and a site whose epilogue fuses into the plugin's template (Triton,
 # launched from C++ like any Inductor kernel).
 
@@ -185,11 +301,35 @@ def test_gpu_aoti_of_the_ops_called_directly(tmp_path, cuda_aoti_failure):
 
 @pytest.mark.gpu
 def test_gpu_aoti_routed_bmm_and_mm(tmp_path, cuda_aoti_failure):
-    from integration_utils import Block
-
+    # compete=False: every selected site is routed (under "auto" each is measured, and on
+    # these small shapes cuBLAS wins most of them).
     model = Block(d=64, dtype=torch.bfloat16)
     x = torch.randn(2, 32, 64, device="cuda", dtype=torch.bfloat16)
     with record_sites() as records:
-        path, _ = aoti_package(model, x, tmp_path, inductor_mm_plugin.inductor_options(select="all"))
-    assert sum(r.routed for r in records) == 6, [str(r.site) for r in records]
+        path, _ = aoti_package(model, x, tmp_path, inductor_mm_plugin.inductor_options(select="all", compete=False))
+    assert [(path, op, routed, module_type) for path, op, routed, _, module_type in decisions(records)] == [
+        ("attn", "bmm", True, "Attention"), ("attn", "bmm", True, "Attention"),
+        ("attn.proj", "addmm", True, "Linear"), ("attn.qkv", "addmm", True, "Linear"),
+        ("mlp.down", "addmm", True, "Linear"), ("mlp.up", "addmm", True, "Linear"),
+    ]  # fmt: skip
+    torch.testing.assert_close(load_and_run(path, x, cuda_aoti_failure), model(x), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compete", [False, "auto"])
+def test_gpu_aoti_obeys_markers(tmp_path, compete, cuda_aoti_failure):
+    model = Block(d=64, dtype=torch.bfloat16)
+    x = torch.randn(2, 32, 64, device="cuda", dtype=torch.bfloat16)
+    opt_in(model.mlp)
+    opt_out(model.mlp.down)
+    with record_sites() as records:
+        path, _ = aoti_package(model, x, tmp_path, inductor_mm_plugin.inductor_options(compete=compete))
+    got = by_site(decisions(records))
+    assert {site: reason for site, (_, reason, _) in got.items() if site != ("mlp.up", "addmm")} == {
+        ("attn", "bmm"): NOT_OPTED_IN, ("attn.proj", "addmm"): NOT_OPTED_IN, ("attn.qkv", "addmm"): NOT_OPTED_IN,
+        ("mlp.down", "addmm"): "inside an opted-out module (opt_out)",
+    }  # fmt: skip
+    assert {module_type for _, _, module_type in got.values()} == {"Linear", "Attention"}
+    if compete is False:  # under "auto" it runs the plugin only where measured faster
+        assert got[("mlp.up", "addmm")] == (True, "", "Linear")
     torch.testing.assert_close(load_and_run(path, x, cuda_aoti_failure), model(x), rtol=2e-2, atol=2e-2)

@@ -16,7 +16,11 @@ Module markers live on classes (see ``inductor_mm_plugin.opt_in``): Dynamo's nod
 names each enclosing module's class, never the instance, and never the modules around the
 compiled frame (the compiled model itself; after a graph break inside a child, the child's
 ancestors) — so those are looked up once per frame, from the modules calling it, and passed
-in (``RootInfo``).
+in (``RootInfo``). ``torch.export`` (strict or not, and so AOTInductor) writes the class as a
+string, ``"module.QualName"``, and the root module first: the string is resolved among the
+module classes this process defines (``_named_class``); a marked instance's class names its
+marker (``"...Linear[opt_out]"``). A class it cannot resolve leaves the site's marker unknown,
+and the site is not routed, with a reason that says so.
 """
 
 from __future__ import annotations
@@ -47,6 +51,15 @@ _marked_classes: weakref.WeakSet = weakref.WeakSet()
 def set_marker(cls: type, marker: str) -> None:
     setattr(cls, MARKER_ATTR, marker)
     _marked_classes.add(cls)
+
+
+def instance_class_qualname(base: type, marker: str) -> str:
+    """The qualified name of the class ``opt_in``/``opt_out`` gives a marked instance of ``base``:
+    what torch.export's metadata records for it, and how ``_named_class`` reads its marker."""
+    return f"{base.__qualname__}[opt_{marker}]"
+
+
+_INSTANCE_MARK = re.compile(r"\[opt_(in|out)\]$")
 
 
 def marker_of(cls_or_module) -> str | None:
@@ -132,6 +145,9 @@ class Site:
     node: str  # the FX node's name in its graph
     opt: str | None  # the closest module marker: "in", "out" or None
     offsets: tuple = ()  # storage offset of each operand (its base's alignment decides the kernel path)
+    # Why ``opt`` cannot be read ('' when it can): a torch.export graph names a module class
+    # this process does not define (or several with different markers). Such a site is not routed.
+    marker_unknown: str = ""
 
     def __str__(self) -> str:
         shapes = " ".join("x".join(map(str, s)) or "[]" for s in self.shapes)
@@ -151,14 +167,69 @@ def _clean_path(path: str, prefixes: dict[str, str]) -> str:
     return f"{prefix}.{rest}" if prefix and rest else prefix or rest
 
 
-def _module_stack(node: torch.fx.Node, root: RootInfo) -> list[tuple[str, type]]:
-    """(path, class) of each enclosing module, outermost first (forward or backward node)."""
+@dataclasses.dataclass(frozen=True)
+class _Module:
+    """One enclosing module of a site, as the node metadata names it."""
+
+    path: str  # in the compiled model; "" for the model itself
+    name: str  # its class's __name__
+    marker: str | None
+    unknown: str = ""  # why its marker cannot be read ('' when it can): a class named by a string
+
+
+# Per graph: every nn.Module class this process defines, by "module.QualName" (built on the
+# first string entry of a graph, so a class defined between two compiles is found).
+_classes_by_name: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _module_classes() -> dict[str, list[type]]:
+    found: dict[str, list[type]] = {}
+    todo, seen = [nn.Module], set()
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+                found.setdefault(f"{sub.__module__}.{sub.__qualname__}", []).append(sub)
+    return found
+
+
+def _named_class(name: str, path: str, classes: dict[str, list[type]]) -> _Module:
+    """The module a torch.export entry names by its class's qualified name, with the marker of
+    the class of that name in this process (found among nn.Module's subclasses, so a class
+    defined inside a function is found too, while it exists)."""
+    short = _INSTANCE_MARK.sub("", name).rsplit(".", 1)[-1]
+    instance = _INSTANCE_MARK.search(name)
+    if instance:  # a marked instance's class: the marker is its own, whatever its base says
+        return _Module(path, short, instance.group(1))
+    markers = {marker_of(cls) for cls in classes.get(name, ())}
+    if len(markers) == 1:
+        return _Module(path, short, markers.pop())
+    return _Module(path, short, None, _marker_unknown(path, name, ambiguous=bool(markers)))
+
+
+def _marker_unknown(path: str, name, ambiguous: bool = False) -> str:
+    what = "names several classes here, with different markers" if ambiguous else "is not defined in this process"
+    return (f"marker unknown: module {path or '<root>'!r} is of class {name!r} (as torch.export records it), "
+            f"which {what}: import the module that defines it before compiling")
+
+
+def _module_stack(node: torch.fx.Node, root: RootInfo) -> list[_Module]:
+    """Each enclosing module (forward or backward node), outermost first. Dynamo's entries are
+    ``(path, class)``; torch.export's ``(path, "module.QualName")``, the model itself first."""
     stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
     prefixes = dict(root.paths)
     out = []
     for entry in stack.values():
-        path, cls = entry[0], entry[1]
-        out.append((_clean_path(str(path), prefixes), cls if isinstance(cls, type) else type(None)))
+        path, cls = _clean_path(str(entry[0]), prefixes), entry[1]
+        if isinstance(cls, type):
+            out.append(_Module(path, cls.__name__, marker_of(cls)))
+        elif isinstance(cls, str):
+            if node.graph not in _classes_by_name:
+                _classes_by_name[node.graph] = _module_classes()
+            out.append(_named_class(cls, path, _classes_by_name[node.graph]))
+        else:
+            out.append(_Module(path, "", None, _marker_unknown(path, cls)))
     return out
 
 
@@ -173,10 +244,15 @@ def _int(x) -> Any:
 def describe(node: torch.fx.Node, root: RootInfo, graph_is_backward: bool = False) -> Site:
     vals = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
     stack = _module_stack(node, root)
-    opt = root.marker
-    for _, cls in stack:  # outermost to innermost: the innermost marker wins
-        opt = marker_of(cls) or opt
-    path, cls_name = (stack[-1][0], stack[-1][1].__name__) if stack else root.frame
+    opt, unknown = root.marker, ""
+    for module in stack:  # outermost to innermost: the innermost marker wins
+        opt = module.marker or opt
+        # A module whose marker is unknown decides the site's unless a module inside it is marked.
+        unknown = module.unknown or ("" if module.marker else unknown)
+    # torch.export's stack starts at the model itself, which Dynamo's never names: a site in
+    # the model's own code is at "" either way.
+    inner = [m for m in stack if m.path]
+    path, cls_name = (inner[-1].path, inner[-1].name) if inner else root.frame
     return Site(
         op=MATMULS[node.target],
         module=path,
@@ -189,6 +265,7 @@ def describe(node: torch.fx.Node, root: RootInfo, graph_is_backward: bool = Fals
         node=node.name,
         opt=opt,
         offsets=tuple(_int(v.storage_offset()) for v in vals),
+        marker_unknown=unknown,
     )
 
 
@@ -249,6 +326,8 @@ def decide(site: Site, ineligible: str | None, select: SelectSpec, root: RootInf
     """(routed, reason): the reason says why a site is not routed ('' when it is)."""
     if ineligible:
         return False, f"not eligible: {ineligible}"
+    if site.marker_unknown:
+        return False, site.marker_unknown
     if site.opt == OUT:
         return False, "inside an opted-out module (opt_out)"
     if callable(select):
