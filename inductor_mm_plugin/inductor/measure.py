@@ -171,7 +171,8 @@ def decide(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> tupl
     measured = cached_or_measure(key, op, vals, alpha, beta, graphs)
     if measured.faster:
         return True, "", measured
-    return False, f"{measured.describe()}: not faster by {MARGIN:.2f}x in every round, so it stays on stock", measured
+    why = f"not faster in every round and by {MARGIN:.2f}x in the median, so it stays on stock"
+    return False, f"{measured.describe()}: {why}", measured
 
 
 # ------------------------------------------------------------------------ cached decisions
