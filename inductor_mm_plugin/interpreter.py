@@ -24,6 +24,11 @@ def interpreting() -> bool:
 _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+# What ``interpreter_defect_of`` says (the routing pass lists it among its reasons).
+INTERPRETER_DEFECT = ("Triton {triton}'s interpreter cannot run the kernel's loops with numpy {numpy} "
+                      "(triton-lang/triton#9171, fixed in triton 3.7): use triton >= 3.7 or numpy < 2.4")  # fmt: skip
+
+
 def interpreter_defect_of(triton_version: str, numpy_version: str) -> str | None:
     """Why this Triton interpreter cannot run the kernels with this numpy, or None.
 
@@ -34,8 +39,7 @@ def interpreter_defect_of(triton_version: str, numpy_version: str) -> str | None
     """
     major_minor = lambda v: tuple(int(x) for x in v.split("+")[0].split(".")[:2])  # noqa: E731
     if major_minor(triton_version) < (3, 7) and major_minor(numpy_version) >= (2, 4):
-        return (f"Triton {triton_version}'s interpreter cannot run the kernel's loops with numpy {numpy_version} "
-                "(triton-lang/triton#9171, fixed in triton 3.7): use triton >= 3.7 or numpy < 2.4")  # fmt: skip
+        return INTERPRETER_DEFECT.format(triton=triton_version, numpy=numpy_version)
     return None
 
 

@@ -35,6 +35,7 @@ import torch
 
 from ..runtime import benchmarking, tuning
 from . import compat, shape_table
+from .selection import not_routed
 
 # Entries from before the GPU-time rule timed back-to-back calls (issue 30): never read back.
 _KEY_VERSION = "gpu-time-2"
@@ -164,15 +165,14 @@ def decide(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> tupl
     else the cached or new measurement."""
     key = signature(op, vals, alpha, beta, graphs)
     if key is None:
-        return False, "symbolic sizes: not measured, so it stays on stock (compete=False routes it)", None
+        return False, not_routed("symbolic"), None
     sure = shape_table.lookup(op, vals, alpha, beta)
     if sure is not None and (sure.verdict == "loses" or graphs):
         return sure.verdict == "wins", sure.describe(), None
     measured = cached_or_measure(key, op, vals, alpha, beta, graphs)
     if measured.faster:
         return True, "", measured
-    why = f"not faster in every round and by {MARGIN:.2f}x in the median, so it stays on stock"
-    return False, f"{measured.describe()}: {why}", measured
+    return False, not_routed("slower", measured=measured.describe(), margin=MARGIN), measured
 
 
 # ------------------------------------------------------------------------ cached decisions

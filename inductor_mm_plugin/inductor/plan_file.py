@@ -14,6 +14,8 @@ import dataclasses
 import json
 import os
 
+from .selection import not_routed
+
 FORMAT = "inductor_mm_plugin routing plan"
 FORMAT_VERSION = 1
 
@@ -45,7 +47,7 @@ class Plan:
                             "(compare(..., write_plan=...) or the CLI's --write-plan).")  # fmt: skip
         if self.route[key]:
             return True, ""
-        return False, f"the routing plan {self.path} keeps it on stock (the plugin did not win there when measured)"
+        return False, not_routed("plan", plan=self.path)
 
 
 def setup() -> dict:

@@ -34,12 +34,47 @@ import torch
 import torch.nn as nn
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from ..interpreter import interpreter_defect, interpreting
+from ..interpreter import INTERPRETER_DEFECT, interpreter_defect, interpreting
 from ..runtime import SUPPORTED_DTYPES
 from . import compat
 
 aten = torch.ops.aten
 MATMULS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm"}
+
+# ------------------------------------------------------------------------ reasons
+
+# Every reason a site is not routed, as the routing log and compare's site table give it: one
+# str.format template per kind, filled in by ``not_routed``. README.md's table lists each one
+# (tests/test_reasons.py checks the table against this list, and the code against its kinds).
+REASONS = {
+    "no_metadata": "not eligible: operand metadata missing (no 'val' on an input node)",
+    "mixed_dtypes": "not eligible: mixed dtypes {dtypes}",
+    "dtype": "not eligible: dtype {dtype} is not supported by the kernel (float16, bfloat16, float32)",
+    "needs_interpreter": "not eligible: CPU tensors need Triton's interpreter (TRITON_INTERPRET=1 before import)",
+    "interpreter_defect": "not eligible: " + INTERPRETER_DEFECT,
+    "device": "not eligible: device {device} is not supported by the kernel",
+    "strides": "not eligible: operand {operand} has strides {strides} with no unit-stride dimension: the kernel "
+               "would read it uncoalesced; stock Inductor lays it out first",
+    "class_undefined": "marker unknown: module {module} is of class {name} (as torch.export records it), which is "
+                       "not defined in this process: import the module that defines it before compiling",
+    "class_ambiguous": "marker unknown: module {module} is of class {name} (as torch.export records it), which "
+                       "names several classes here, with different markers: import the module that defines it "
+                       "before compiling",
+    "opted_out": "inside an opted-out module (opt_out)",
+    "predicate": "the select predicate returned False",
+    "not_opted_in": "not inside an opted-in module (select='opted_in')",
+    "not_opted_in_auto": "not inside an opted-in module (select='auto' and the model has opted-in modules)",
+    "symbolic": "symbolic sizes: not measured, so it stays on stock (compete=False routes it)",
+    "sure_loser": "{rows} on the {gpu} (shape table): a sure loser, not timed, so it stays on stock",
+    "slower": "{measured}: not faster in every round and by {margin:.2f}x in the median, so it stays on stock",
+    "plan": "the routing plan {plan} keeps it on stock (the plugin did not win there when measured)",
+}  # fmt: skip
+
+
+def not_routed(kind: str, **fields) -> str:
+    """Why a site is not routed: the ``REASONS`` template of this kind, filled in."""
+    return REASONS[kind].format(**fields)
+
 
 # ------------------------------------------------------------------------ markers
 
@@ -209,9 +244,8 @@ def _named_class(name: str, path: str, classes: dict[str, list[type]]) -> _Modul
 
 
 def _marker_unknown(path: str, name, ambiguous: bool = False) -> str:
-    what = "names several classes here, with different markers" if ambiguous else "is not defined in this process"
-    return (f"marker unknown: module {path or '<root>'!r} is of class {name!r} (as torch.export records it), "
-            f"which {what}: import the module that defines it before compiling")
+    kind = "class_ambiguous" if ambiguous else "class_undefined"
+    return not_routed(kind, module=repr(path or "<root>"), name=repr(name))
 
 
 def _module_stack(node: torch.fx.Node, root: RootInfo) -> list[_Module]:
@@ -279,31 +313,28 @@ def _has_unit_stride(v: torch.Tensor) -> bool:
 
 
 def ineligible_reason(node: torch.fx.Node) -> str | None:
-    """Why the plugin kernel cannot take this site, or None when it can."""
+    """Why the plugin kernel cannot take this site ("not eligible: ..."), or None when it can."""
     vals = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
     if any(not isinstance(v, torch.Tensor) for v in vals):
-        return "operand metadata missing (no 'val' on an input node)"
+        return not_routed("no_metadata")
     dtypes = {v.dtype for v in vals}
     if len(dtypes) != 1:
-        return f"mixed dtypes {sorted(map(str, dtypes))}"
+        return not_routed("mixed_dtypes", dtypes=sorted(map(str, dtypes)))
     dtype = vals[0].dtype
     if dtype not in SUPPORTED_DTYPES:
-        return f"dtype {dtype} is not supported by the kernel (float16, bfloat16, float32)"
+        return not_routed("dtype", dtype=dtype)
     device = vals[0].device
     if device.type == "cpu" and not interpreting():
-        return "CPU tensors need Triton's interpreter (TRITON_INTERPRET=1 before import)"
+        return not_routed("needs_interpreter")
     defect = interpreter_defect()
     if defect is not None:
-        return defect
+        return f"not eligible: {defect}"  # REASONS["interpreter_defect"], as interpreter.py words it
     if device.type not in ("cpu", "cuda"):
-        return f"device {device} is not supported by the kernel"
+        return not_routed("device", device=device)
     operands = vals[-2:]  # a and b (addmm's bias reads any strides in the epilogue)
     for name, v in zip(("a", "b"), operands):
         if not _has_unit_stride(v):
-            return (
-                f"operand {name} has strides {tuple(v.stride())} with no unit-stride dimension: the kernel "
-                "would read it uncoalesced; stock Inductor lays it out first"
-            )
+            return not_routed("strides", operand=name, strides=tuple(v.stride()))
     return None
 
 
@@ -323,16 +354,17 @@ def validate_select(select: SelectSpec) -> None:
 
 
 def decide(site: Site, ineligible: str | None, select: SelectSpec, root: RootInfo) -> tuple[bool, str]:
-    """(routed, reason): the reason says why a site is not routed ('' when it is)."""
+    """(routed, reason): the reason says why a site is not routed ('' when it is); ``ineligible``
+    is ``ineligible_reason``'s."""
     if ineligible:
-        return False, f"not eligible: {ineligible}"
+        return False, ineligible
     if site.marker_unknown:
         return False, site.marker_unknown
     if site.opt == OUT:
-        return False, "inside an opted-out module (opt_out)"
+        return False, not_routed("opted_out")
     if callable(select):
         ok = bool(select(site))
-        return ok, "" if ok else "the select predicate returned False"
+        return ok, "" if ok else not_routed("predicate")
     mode = select
     if mode == "auto":
         mode = "opted_in" if root.has_opted_in else "all"
@@ -340,6 +372,5 @@ def decide(site: Site, ineligible: str | None, select: SelectSpec, root: RootInf
         return True, ""
     if site.opt == IN:
         return True, ""
-    why = "select='opted_in'" if select == "opted_in" else "select='auto' and the model has opted-in modules"
-    return False, f"not inside an opted-in module ({why})"
+    return False, not_routed("not_opted_in" if select == "opted_in" else "not_opted_in_auto")
 

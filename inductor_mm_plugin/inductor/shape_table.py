@@ -25,6 +25,8 @@ import pathlib
 
 import torch
 
+from .selection import not_routed
+
 LOSES_BELOW = 1 / 1.02  # the best row of the class: below this, no row came near the margin
 WINS_ABOVE = 1.10  # the worst row of the class: above this, every row won clearly
 MIN_ROWS = 3
@@ -96,7 +98,7 @@ class Answer:
     def describe(self) -> str:
         rows = f"{self.n} shapes of class {self.shape_class} measured {self.worst:.2f}-{self.best:.2f}x cuBLAS"
         if self.verdict == "loses":
-            return f"{rows} on the {self.gpu} (shape table): a sure loser, not timed, so it stays on stock"
+            return not_routed("sure_loser", rows=rows, gpu=self.gpu)
         return f"{rows} on the {self.gpu} (shape table): a sure winner, routed without timing"
 
 
