@@ -1,5 +1,6 @@
 """A training step (forward + loss + backward), compared A/B with gradients:
 
+    python3 examples/train_step.py          # on the CPU (interpreter) without the timing
     python -m inductor_mm_plugin compare examples/train_step.py:make
 
 The model returns the loss, a scalar that requires grad, so ``compare`` also runs backward
@@ -39,3 +40,16 @@ def make():
     x = torch.randn(batch, seq, d, device=DEVICE, dtype=dtype)
     target = torch.randn(batch, seq, d, device=DEVICE, dtype=torch.float32)
     return TrainStep(block), (x, target)
+
+
+def main():
+    import inductor_mm_plugin
+
+    model, inputs = make()
+    report = inductor_mm_plugin.compare(model, inputs, timing=CUDA, quiet=False)
+    print(report)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -50,6 +50,7 @@ def test_report_values(mlp_report):
     assert up.plugin_ms is not None and up.aten_ms is not None  # routed sites are timed
     assert down.plugin_ms is None
     assert r.timing_meaningful == (DEVICE == "cuda")
+    assert ("times on the CPU are not meaningful" in str(r)) == (DEVICE != "cuda")
     assert r.reference.startswith("float64 eager")
 
 
@@ -98,6 +99,7 @@ graph  phase    module  op     shapes         dtype    layout   routed  reason
         assert "verdict: PASS" in text and "graphs:" in text and "sites:" in text
         md = report.to_markdown()
         assert md.startswith("### inductor_mm_plugin A/B") and "| 0 | forward | up | addmm |" in md
+        assert "not meaningful" not in text + md  # nothing was timed
 
 
 def test_training_step_reports_gradients_and_backward_sites():
@@ -166,10 +168,18 @@ def test_cli_end_to_end(tmp_path):
                   "--markdown", str(tmp_path / "ab.md"), "--strict", "--no-timing")  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     assert "verdict: PASS" in res.stdout
+    assert "not meaningful" not in res.stdout  # --no-timing: no times to qualify
     assert "compiling the stock and plugin arms" in res.stderr  # progress
     data = json.loads((tmp_path / "ab.json").read_text())
     assert data["ok"] and all(s["routed"] for s in data["sites"])
     assert (tmp_path / "ab.md").read_text().startswith("### inductor_mm_plugin A/B")
+
+
+def test_every_example_is_a_script():
+    # README: each example runs as a script (mlp.py and train_step.py only defined make() once);
+    # running them is slow under the interpreter, test_cli_end_to_end runs mlp.py's make().
+    for path in EXAMPLES.glob("[!_]*.py"):
+        assert 'if __name__ == "__main__":' in path.read_text(), path.name
 
 
 def write_target(tmp_path, body):

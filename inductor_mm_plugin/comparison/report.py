@@ -145,7 +145,7 @@ class Report:
             lines += ["", "routed sites, plugin against aten, GPU time per call (timed: \"profile\", in each arm's "
                       "model step; \"kernel\", alone on the site's layout):", _table(rows)]
             lines += [line for note in _notes(timed) for line in ("", f"note: {note}")]
-        if not self.timing_meaningful:
+        if self.timing_note:
             lines += ["", f"note: {self.timing_note}"]
         return "\n".join(lines)
 
@@ -176,7 +176,7 @@ class Report:
                        f"{_routed(s)} | {s.reason} | {_f(s.plugin_ms)} | {_f(s.aten_ms)} | "
                        f"{_x(s.speedup)} |")  # fmt: skip
         out += [line for note in _notes(self.sites) for line in ("", f"_{note}_")]
-        if not self.timing_meaningful:
+        if self.timing_note:
             out += ["", f"_{self.timing_note}_"]
         return "\n".join(out) + "\n"
 
