@@ -8,7 +8,8 @@ from integration_utils import MLP, count_calls
 from torch._dynamo.utils import counters
 from torch._inductor.utils import fresh_cache, run_and_get_code
 
-from inductor_mm_plugin import opt_in
+from inductor_mm_plugin import opt_in, opt_out
+from inductor_mm_plugin.inductor.records import record_sites
 
 
 def compile_and_run(model, x, options):
@@ -76,3 +77,19 @@ def test_uuid_covers_options_and_is_none_for_unreadable_predicates():
     assert RoutePass(PluginOptions(select=namespace["pred"])).uuid() is None
     # A chained pass without a uuid (a plain function) disables caching too.
     assert RoutePass(PluginOptions(), chained=lambda graph: None).uuid() is None
+
+
+def test_moving_a_marker_to_another_instance_of_its_class_changes_the_key():
+    # The same graph, and the same marked classes (Linear[opt_out]): only where the marker is differs.
+    x = torch.randn(4, 16, device=DEVICE)
+    with fresh_cache(), torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=True):
+        model = MLP()
+        opt_out(model.up)
+        _, codes, hits, misses = compile_and_run(model, x, {"select": "all"})
+        assert misses == 1 and count_calls(codes) == (1, 1)
+        model = MLP()
+        opt_out(model.down)
+        with record_sites() as records:
+            _, codes, hits, misses = compile_and_run(model, x, {"select": "all"})
+        assert (hits, misses) == (0, 1), "a marker on another module must not reuse the cached graph"
+        assert [(r.site.module, r.routed) for r in records] == [("up", True), ("down", False)]

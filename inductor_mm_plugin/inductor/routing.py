@@ -12,7 +12,8 @@ Each decision is logged, counted for Inductor's caches and handed to ``compare``
 Cache correctness: Inductor's FX graph cache keys on the graph and on this pass's ``uuid()``,
 never on node metadata, where the module markers are read from. So ``uuid()`` covers the
 plugin's source and version, the options, the modules around the compiled frame
-(``RootInfo``: their innermost marker, their paths, whether the model opts a module in),
+(``RootInfo``: their innermost marker, their paths, whether the model opts a module in, which
+of its modules are marked),
 every marked class, and whether Triton interprets; a predicate it cannot fingerprint, or a
 chained pass without a uuid, makes it return None, which tells Inductor not to cache.
 """

@@ -126,6 +126,10 @@ class RootInfo:
     # (path, class name) of the frame's own module below the compiled model: where a site
     # in the frame's own code (not inside a submodule it calls) is.
     frame: tuple[str, str] = ("", "")
+    # (path, marker) of every marked module in the compiled model. The FX graph cache never
+    # sees node metadata: an opt_out moved from layers.0 to layers.1 leaves the graph and the
+    # set of marked classes as they were, and only this tells the two compiles apart.
+    marked: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def of_frame(around: list[nn.Module], frame_locals: dict[str, Any]) -> RootInfo:
@@ -143,7 +147,8 @@ class RootInfo:
         own = frame_locals.get("self")
         below = isinstance(own, nn.Module) and path_of.get(id(own))  # "" for the model itself
         frame = (path_of[id(own)], type(own).__name__) if below else ("", "")
-        return RootInfo(marker, opted_in, paths, frame)
+        marked = tuple(sorted((name, m) for name, module in model.named_modules() if (m := marker_of(module))))
+        return RootInfo(marker, opted_in, paths, frame, marked)
 
 
 def root_from_dynamo() -> RootInfo | None:
