@@ -227,6 +227,23 @@ def test_export_class_this_process_does_not_define_is_not_routed():
     assert got[("attn.qkv", "addmm")] == (True, "", "Linear")
 
 
+def test_export_class_named_like_a_differently_marked_one_is_not_routed():
+    def twin():
+        class Twin(nn.Linear):  # every call defines a class of the same qualified name
+            pass
+
+        return Twin
+
+    plain, marked = twin(), opt_out(twin())
+    model = nn.Sequential(plain(16, 16, device=DEVICE), marked(16, 16, device=DEVICE))
+    got = by_site(exported_decisions(model, torch.randn(4, 16, device=DEVICE), "all", strict=True))
+    routed, reason, module_type = got[("0", "addmm")]
+    assert (routed, module_type) == (False, "Twin")
+    name = f"{plain.__module__}.{plain.__qualname__}"
+    assert reason.startswith(f"marker unknown: module '0' is of class '{name}'") and "different markers" in reason
+    assert got[("1", "addmm")][0] is False  # the opted-out one is just as unknown
+
+
 def test_aoti_obeys_markers(tmp_path):
     model, x = Block(), torch.randn(2, 8, 16, device=DEVICE)
     opt_in(model.mlp)

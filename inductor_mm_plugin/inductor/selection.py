@@ -57,9 +57,9 @@ REASONS = {
                "would read it uncoalesced; stock Inductor lays it out first",
     "class_undefined": "marker unknown: module {module} is of class {name} (as torch.export records it), which is "
                        "not defined in this process: import the module that defines it before compiling",
-    "class_ambiguous": "marker unknown: module {module} is of class {name} (as torch.export records it), which "
-                       "names several classes here, with different markers: import the module that defines it "
-                       "before compiling",
+    "class_ambiguous": "marker unknown: module {module} is of class {name} (as torch.export records it), a name "
+                       "several classes here carry, with different markers: mark the module itself (an instance's "
+                       "marker travels with it)",
     "opted_out": "inside an opted-out module (opt_out)",
     "predicate": "the select predicate returned False",
     "not_opted_in": "not inside an opted-in module (select='opted_in')",
