@@ -10,8 +10,9 @@ The output is always a new contiguous tensor in the inputs' dtype. ``beta == 0``
 the bias entirely (NaN in it does not propagate), like torch.
 
 Where the Triton kernel runs: fp16, bf16 and fp32 tensors on CUDA, or on the CPU when
-Triton's interpreter is on (TRITON_INTERPRET=1 before import). fp32 uses TF32 exactly when
-``torch.backends.cuda.matmul.allow_tf32`` is set. Anything else that torch itself accepts
+Triton's interpreter is on (TRITON_INTERPRET=1 before import). fp32 uses TF32 exactly where
+torch lets cuBLAS use it (set by either API: ``torch.backends.cuda.matmul.fp32_precision`` or
+the legacy ``allow_tf32``; ``runtime.tf32_enabled``). Anything else that torch itself accepts
 (float64, integer dtypes, sparse or nested tensors, CPU tensors without the interpreter,
 matrices whose element offsets pass 2**31) runs the matching aten op instead, with a ``KernelFallbackWarning``
 that says why. Input torch would reject raises a ``RuntimeError`` naming the shapes,
