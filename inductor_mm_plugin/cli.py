@@ -36,6 +36,22 @@ def _fail(message: str) -> int:
     return EXIT_ERROR
 
 
+def _one_line(error: BaseException) -> str:
+    """A user error's message on one line: a routing plan's own message where a PlanError is
+    among the error's causes (Inductor wraps what a compile raises, adding lines of advice),
+    else the message's first line."""
+    from .inductor.plan_file import PlanError
+
+    seen, cause = set(), error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, PlanError):
+            return str(cause).removeprefix("inductor_mm_plugin: ")
+        seen.add(id(cause))
+        cause = getattr(cause, "inner_exception", None) or cause.__cause__ or cause.__context__
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def load_factory(target: str):
     """``path/to/file.py:make`` or ``package.module:make`` -> the callable."""
     if ":" not in target:
@@ -214,7 +230,7 @@ def main(argv=None) -> int:
                          cudagraphs=args.cudagraphs, rounds=args.rounds, quiet=args.quiet,
                          write_plan=args.write_plan)  # fmt: skip
     except (CompareError, ValueError, TypeError) as e:
-        return _fail(str(e))
+        return _fail(_one_line(e))
 
     print(report)
     try:

@@ -4,6 +4,7 @@ come before anything compiles (output paths, --select, --option keys and values)
 The end-to-end runs and the factory errors are in tests/test_compare.py.
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -151,3 +152,38 @@ def test_write_plan_and_rounds_reach_compare(monkeypatch, tmp_path):
     plan = str(tmp_path / "plan.json")
     assert cli.main(["compare", TARGET, "--quiet", "--write-plan", plan, "--rounds", "3", "--no-cudagraphs"]) == 0
     assert (seen["write_plan"], seen["rounds"], seen["cudagraphs"]) == (plan, 3, False)
+
+
+def _plan(tmp_path, **fields):
+    from inductor_mm_plugin.inductor import plan_file
+
+    data = {"format": plan_file.FORMAT, "version": plan_file.FORMAT_VERSION, "model": "MLP",
+            "setup": plan_file.setup(), "sites": [], **fields}  # fmt: skip
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data) if fields.get("setup") != "deep" else "[" * 100_000)
+    return str(path)
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"setup": "cpu"}, "'setup' must be an object, got str"),  # was a 25-line AttributeError, exit 1
+    ({"setup": "deep"}, "is not JSON"),  # was RecursionError
+    ({"sites": [{"site": "forward|up|mm", "route": "false"}]}, "'route' must be true or false, got 'false'"),
+])  # fmt: skip
+def test_a_bad_plan_is_one_line_and_exit_2(no_compare, tmp_path, capsys, fields, message):
+    plan = _plan(tmp_path, **fields)
+    assert cli.main(["compare", TARGET, "--quiet", "--option", f"plan={plan}"]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"inductor_mm_plugin compare: error: the routing plan {plan} ") and message in err, err
+    assert err.count("\n") == 1, err
+
+
+def test_a_plan_for_another_model_is_one_line_and_exit_2(tmp_path, capsys):
+    """Found only when the model compiles (the plan has no site of it): one line still."""
+    plan = _plan(tmp_path, sites=[{"site": "forward|other|mm|1x2 2x3|2,1 3,1|float32", "route": True}])
+    target = tmp_path / "linear.py"
+    target.write_text("import torch\ndef make():\n    return torch.nn.Linear(8, 4), (torch.randn(2, 8),)\n")
+    args = ["compare", f"{target}:make", "--quiet", "--no-timing", "--option", f"plan={plan}"]
+    assert cli.main(args) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("inductor_mm_plugin compare: error: ") and "written for another model" in err, err
+    assert err.count("\n") == 1, err
