@@ -16,7 +16,7 @@ complex, integer dtypes, sparse operands, ...) it is torch's own ``silu(x @ w_ga
 at the inputs' precision, with one ``KernelFallbackWarning`` naming this op: float64 stays
 float64, complex keeps its imaginary part, integers raise ``F.silu``'s error.
 
-Same order as ``matmul.py``: checks, launcher, op, fake, autograd.
+Same order as ``matmul.py``: checks, launcher, op, fake, autograd, autocast.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ..runtime.checks import (
     warn_fallback,
 )
 from ..runtime.launch import mm_launch
-from .matmul import PT2, SPARSE_KEYS, mm, needs_grad
+from .matmul import AUTOCAST_KEYS, PT2, SPARSE_KEYS, autocast_kernel, mm, needs_grad
 
 OP = "inductor_mm_plugin.mm_swiglu"
 
@@ -179,3 +179,5 @@ def _mm_swiglu_autograd(x, w_gate, w_up):
 
 
 _LIB.impl("mm_swiglu", _mm_swiglu_autograd, "Autograd")
+for _device, _key in AUTOCAST_KEYS.items():  # cast as torch.mm does (matmul.py)
+    _LIB.impl("mm_swiglu", autocast_kernel(_MM_SWIGLU, _device), _key)
