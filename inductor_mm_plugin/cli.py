@@ -73,6 +73,17 @@ def load_factory(target: str):
     return factory
 
 
+def _at_least_one(text: str) -> int:
+    """``--rounds``: an int of at least 1 (argparse reports the error as a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _parse_value(text: str):
     for cast in (int, float):
         try:
@@ -129,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="time under CUDA graphs (the default on CUDA for inference)")
     graphs.add_argument("--no-cudagraphs", action="store_const", const=False, dest="cudagraphs",
                         help="time without CUDA graphs")
-    c.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (default 7)")
+    c.add_argument("--rounds", type=_at_least_one, default=7, help="interleaved timing rounds (default 7)")
     c.add_argument("--write-plan", metavar="PATH",
                    help="write a routing plan (where the plugin won) for options={'plan': PATH}")
     c.add_argument("--train", action="store_true", default=None, help="force a backward pass")
@@ -215,13 +226,20 @@ def main(argv=None) -> int:
 
     from .comparison import CompareError, compare
 
+    # The target's own code runs in this process: a sys.exit() in it is an error of the
+    # target, not the command's exit status (exit 0 with no output, before).
     try:
         factory = load_factory(args.target)
+    except SystemExit as e:
+        return _fail(f"cannot load {args.target}: it called sys.exit({e.code!r}) as it was imported")
     except Exception as e:  # noqa: BLE001
         return _fail(f"cannot load {args.target}: {type(e).__name__}: {e}")
     try:
         made = factory()
         model, example_inputs = made
+    except SystemExit as e:
+        return _fail(f"the factory {args.target} called sys.exit({e.code!r}) instead of returning "
+                     "(model, example_inputs)")  # fmt: skip
     except Exception as e:  # noqa: BLE001
         return _fail(f"the factory {args.target} failed: {type(e).__name__}: {e}")
 
@@ -229,6 +247,8 @@ def main(argv=None) -> int:
         report = compare(model, example_inputs, options=options, train=args.train, timing=not args.no_timing,
                          cudagraphs=args.cudagraphs, rounds=args.rounds, quiet=args.quiet,
                          write_plan=args.write_plan)  # fmt: skip
+    except SystemExit as e:
+        return _fail(f"the model of {args.target} called sys.exit({e.code!r}) while it was compared")
     except (CompareError, ValueError, TypeError) as e:
         return _fail(_one_line(e))
 

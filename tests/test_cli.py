@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import inductor_mm_plugin
 from inductor_mm_plugin import cli
@@ -187,3 +188,74 @@ def test_a_plan_for_another_model_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("inductor_mm_plugin compare: error: ") and "written for another model" in err, err
     assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("flag", ["--rounds"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_rounds_below_one_is_a_usage_error(no_compare, capsys, flag, value):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["compare", TARGET, flag, value])
+    assert exit_.value.code == cli.EXIT_ERROR
+    assert f"argument {flag}: must be at least 1, got {value}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs", [{"rounds": 0}, {"reps": 0}, {"rounds": -1}, {"warmup": -1}, {"reps": 1.5}])
+def test_compare_checks_rounds_and_reps_before_compiling(monkeypatch, kwargs):
+    from inductor_mm_plugin.comparison import compare
+
+    def must_not_compile(*args, **kw):
+        raise AssertionError("compare compiled before checking its arguments")
+
+    monkeypatch.setattr(torch, "compile", must_not_compile)
+    name, value = next(iter(kwargs.items()))
+    least = 0 if name == "warmup" else 1
+    with pytest.raises(ValueError, match=f"compare: {name} must be an int >= {least}, got {value!r}"):
+        compare(torch.nn.Linear(4, 4), (torch.randn(2, 4),), **kwargs)
+
+
+@pytest.mark.parametrize("where", ["factory", "module", "forward"])
+def test_a_target_calling_sys_exit_is_a_clear_error(tmp_path, capsys, where):
+    body = {
+        "factory": "import sys\ndef make():\n    sys.exit(0)\n",
+        "module": "import sys\nsys.exit(0)\n",
+        "forward": "import sys, torch\nclass M(torch.nn.Linear):\n    def forward(self, x):\n        sys.exit(0)\n"
+                   "def make():\n    return M(4, 4), (torch.randn(2, 4),)\n",
+    }[where]  # fmt: skip
+    target = tmp_path / "exits.py"
+    target.write_text(body)
+    assert cli.main(["compare", f"{target}:make", "--quiet", "--no-timing"]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("inductor_mm_plugin compare: error: ") and "called sys.exit(0)" in err, err
+    assert err.count("\n") == 1, err
+
+
+def test_a_failing_comparison_leaves_no_cache_folder_and_no_torch_warning(tmp_path, capfd, monkeypatch):
+    """torch's fresh cache keeps its folder on an error and says "temporary cache dir kept
+    at": a failing comparison must print its own line only, and leave nothing behind."""
+    import logging
+    import tempfile
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("torch._inductor.utils").addHandler(handler)
+    from inductor_mm_plugin.inductor import lowering
+
+    def broken(*args, **kwargs):
+        raise ValueError("not when compiled")
+
+    monkeypatch.setattr(lowering, "addmm_launch", broken)  # the plugin arm fails as it runs
+    target = tmp_path / "linear.py"
+    target.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)\n")
+    try:
+        assert cli.main(["compare", f"{target}:make", "--quiet", "--no-timing"]) == cli.EXIT_ERROR
+    finally:
+        logging.getLogger("torch._inductor.utils").removeHandler(handler)
+    err = capfd.readouterr().err
+    assert "does not compile or run under torch.compile: ValueError: not when compiled" in err, err
+    assert "kept at" not in err and not any("kept at" in r.getMessage() for r in records)
+    assert err.count("\n") == 1, err
+    assert list(temp.iterdir()) == []

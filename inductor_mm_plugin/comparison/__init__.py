@@ -200,7 +200,8 @@ def compare(
     train:      also run backward on the (scalar) output and compare parameter gradients;
                 None means: when the output is a scalar that requires grad.
     cudagraphs: time under CUDA graphs (default: on CUDA, for inference; a training step is
-                timed without); ``rounds`` interleaved rounds of ``reps`` calls per arm.
+                timed without); ``rounds`` interleaved rounds of ``reps`` calls per arm
+                (ints of at least 1, ``warmup`` at least 0: a ValueError before anything compiles).
     write_plan: a path: write a routing plan of where the plugin's kernels won in the model
                 (plan_file.py).
     """
