@@ -69,6 +69,16 @@ def tf32_flags_restored():
             holder.fp32_precision = value
 
 
+def default_tf32_flags() -> None:
+    """Torch's TF32 flags as a fresh process has them: legacy "highest", every new-API value
+    "none" (so cuda.matmul inherits torch.backends.fp32_precision). The legacy setters leave
+    explicit values behind ("ieee" after ``allow_tf32 = False``), which a test of the
+    inheritance must not start from."""
+    torch.set_float32_matmul_precision("highest")
+    for holder in (torch.backends, torch.backends.cuda.matmul, torch.backends.mkldnn.matmul):
+        holder.fp32_precision = "none"
+
+
 @contextlib.contextmanager
 def allow_tf32(enabled: bool):
     """``torch.backends.cuda.matmul.allow_tf32`` (the legacy API) set to ``enabled`` inside

@@ -3,7 +3,7 @@
 import pytest
 import torch
 from cases import BIAS_SHAPES, DTYPES, LAYOUTS, SCALES, SHAPES, bias_of, operand, poisoned, randn
-from conftest import DEVICE, allow_tf32, tf32_flags_restored
+from conftest import DEVICE, allow_tf32, default_tf32_flags, tf32_flags_restored
 
 import inductor_mm_plugin  # noqa: F401  (registers the ops)
 from inductor_mm_plugin.runtime import addmm_launch, bmm_launch, mm_launch
@@ -145,6 +145,7 @@ def test_tf32_follows_both_apis(monkeypatch, setting):
 
     apply, expected = TF32_SETTINGS[setting]
     with tf32_flags_restored():
+        default_tf32_flags()
         apply()
         assert impl.tf32_enabled() is expected
         with monkeypatch.context() as m:
@@ -202,6 +203,7 @@ def test_gpu_tf32_set_by_either_api_runs_tf32(setting):
         return x @ y
 
     with tf32_flags_restored():
+        default_tf32_flags()
         TF32_SETTINGS[setting][0]()
         eager = ops.mm(a, b)
         torch._dynamo.reset()
