@@ -13,6 +13,7 @@ run (derandomize=False); no example database is written.
 """
 
 import copy
+import dataclasses
 import json
 import math
 import pathlib
@@ -24,8 +25,8 @@ from hypothesis import strategies as st
 
 from inductor_mm_plugin.configs import MatmulConfig
 from inductor_mm_plugin.inductor import plan_file
-from inductor_mm_plugin.inductor.measure import Measurement
-from inductor_mm_plugin.runtime.tuning import RoutingCache, TuningCache, kernel_source_hash
+from inductor_mm_plugin.inductor.measure import Measurement, RoutingCache
+from inductor_mm_plugin.runtime.tuning import TuningCache, kernel_source_hash
 
 
 def _settings(max_examples: int):
@@ -117,12 +118,15 @@ def test_tuning_cache_ignores_garbage_and_reads_only_valid_entries(folder, data)
 
 # ----------------------------------------------------------------------- routing cache
 
-MEASURED = {"plugin_us": 8.0, "aten_us": 10.0, "ratios": [1.25, 1.2, 1.3, 1.25, 1.24], "graphs": True}
+MEASURED = {"plugin_us": 8.0, "aten_us": 10.0, "ratios": [1.25, 1.2, 1.3, 1.25, 1.24], "graphs": False,
+            "plugin_host_us": 9.0, "aten_host_us": 4.5}
 
 
 def _check_measurement(m: Measurement) -> None:
     for value in (m.plugin_us, m.aten_us, *m.ratios):
         assert type(value) is float and math.isfinite(value) and value > 0
+    for value in (m.plugin_host_us, m.aten_host_us):
+        assert type(value) is float and math.isfinite(value) and value >= 0
     assert m.ratios and type(m.graphs) is bool
     assert isinstance(m.faster, bool) and m.describe()  # the decision and its reason never raise
 
@@ -135,8 +139,7 @@ def test_a_routing_cache_entry_is_a_measurement_or_a_value_error(entry):
     except ValueError:
         return
     _check_measurement(got)
-    assert (got.plugin_us, got.aten_us, list(got.ratios), got.graphs) == (
-        entry["plugin_us"], entry["aten_us"], entry["ratios"], entry["graphs"])  # fmt: skip
+    assert dataclasses.asdict(got) == {**entry, "ratios": tuple(entry["ratios"])}
 
 
 @_settings(max_examples=200)

@@ -249,7 +249,7 @@ AUTOCAST_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU"}
 
 def autocast_kernel(op, device_type: str):
     """``op``'s kernel for the Autocast key of ``device_type``."""
-    key = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, AUTOCAST_KEYS[device_type]))
+    below_autocast = torch_c.below_key(AUTOCAST_KEYS[device_type])
 
     def cast(t):
         eligible = (isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
@@ -258,7 +258,7 @@ def autocast_kernel(op, device_type: str):
 
     def kernel(*args, **kwargs):
         args = [cast(a) for a in args]
-        with torch._C._ExcludeDispatchKeyGuard(key):
+        with below_autocast():
             return op(*args, **kwargs)
 
     return kernel
