@@ -199,15 +199,16 @@ class Client:
 
     def reference(self) -> torch.Tensor:
         """The output of an fp32 copy of the model, eager, full-precision matmuls."""
-        old = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
+        # The new API's getter: the legacy one raises once transformers has set the new one.
+        old = torch.backends.cuda.matmul.fp32_precision
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
         try:
             model = copy.deepcopy(self.model).float()
             cache = self._prefilled_cache(model) if self.workload == "decode" else None
             with torch.no_grad():
                 return self._forward(model, cache, torch.float32).float()
         finally:
-            torch.backends.cuda.matmul.allow_tf32 = old
+            torch.backends.cuda.matmul.fp32_precision = old
 
 
 # ------------------------------------------------------------------------------ arms

@@ -36,6 +36,22 @@ def _fail(message: str) -> int:
     return EXIT_ERROR
 
 
+def _one_line(error: BaseException) -> str:
+    """A user error's message on one line: a routing plan's own message where a PlanError is
+    among the error's causes (Inductor wraps what a compile raises, adding lines of advice),
+    else the message's first line."""
+    from .inductor.plan_file import PlanError
+
+    seen, cause = set(), error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, PlanError):
+            return str(cause).removeprefix("inductor_mm_plugin: ")
+        seen.add(id(cause))
+        cause = getattr(cause, "inner_exception", None) or cause.__cause__ or cause.__context__
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def load_factory(target: str):
     """``path/to/file.py:make`` or ``package.module:make`` -> the callable."""
     if ":" not in target:
@@ -55,6 +71,17 @@ def load_factory(target: str):
     if not callable(factory):
         raise ValueError(f"{where} has no callable {name!r}")
     return factory
+
+
+def _at_least_one(text: str) -> int:
+    """``--rounds``: an int of at least 1 (argparse reports the error as a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _parse_value(text: str):
@@ -113,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="time under CUDA graphs (the default on CUDA for inference)")
     graphs.add_argument("--no-cudagraphs", action="store_const", const=False, dest="cudagraphs",
                         help="time without CUDA graphs")
-    c.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (default 7)")
+    c.add_argument("--rounds", type=_at_least_one, default=7, help="interleaved timing rounds (default 7)")
     c.add_argument("--write-plan", metavar="PATH",
                    help="write a routing plan (where the plugin won) for options={'plan': PATH}")
     c.add_argument("--train", action="store_true", default=None, help="force a backward pass")
@@ -199,13 +226,20 @@ def main(argv=None) -> int:
 
     from .comparison import CompareError, compare
 
+    # The target's own code runs in this process: a sys.exit() in it is an error of the
+    # target, not the command's exit status (exit 0 with no output, before).
     try:
         factory = load_factory(args.target)
+    except SystemExit as e:
+        return _fail(f"cannot load {args.target}: it called sys.exit({e.code!r}) as it was imported")
     except Exception as e:  # noqa: BLE001
         return _fail(f"cannot load {args.target}: {type(e).__name__}: {e}")
     try:
         made = factory()
         model, example_inputs = made
+    except SystemExit as e:
+        return _fail(f"the factory {args.target} called sys.exit({e.code!r}) instead of returning "
+                     "(model, example_inputs)")  # fmt: skip
     except Exception as e:  # noqa: BLE001
         return _fail(f"the factory {args.target} failed: {type(e).__name__}: {e}")
 
@@ -213,8 +247,10 @@ def main(argv=None) -> int:
         report = compare(model, example_inputs, options=options, train=args.train, timing=not args.no_timing,
                          cudagraphs=args.cudagraphs, rounds=args.rounds, quiet=args.quiet,
                          write_plan=args.write_plan)  # fmt: skip
+    except SystemExit as e:
+        return _fail(f"the model of {args.target} called sys.exit({e.code!r}) while it was compared")
     except (CompareError, ValueError, TypeError) as e:
-        return _fail(str(e))
+        return _fail(_one_line(e))
 
     print(report)
     try:

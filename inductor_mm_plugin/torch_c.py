@@ -17,6 +17,14 @@ below_autograd = torch._C._AutoDispatchBelowAutograd
 below_autograd_and_views = torch._C._AutoDispatchBelowADInplaceOrView
 
 
+def below_key(name: str):
+    """A guard factory: ``with below_key("AutocastCUDA")():`` runs the block below that dispatch
+    key, as torch.library.register_autocast's kernels run an op below Autocast (ops/: the
+    autocast kernels). The key set is made once, here."""
+    keys = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, name))
+    return lambda: torch._C._ExcludeDispatchKeyGuard(keys)
+
+
 def current_raw_stream(device_index: int) -> int:
     """The handle of the device's current CUDA stream, as Inductor's generated code reads it
     (what a launch goes on). Looked up at each call: CPU builds of torch have no CUDA bindings."""

@@ -46,18 +46,46 @@ def fresh_state():
 
 
 @contextlib.contextmanager
-def allow_tf32(enabled: bool):
-    """``torch.backends.cuda.matmul.allow_tf32`` set to ``enabled`` inside the block, the old
-    value restored after. Not ``monkeypatch.setattr``: torch serves the flag through
-    ``cuBLASModule.__getattr__``, so pytest 9 (which restores what the instance ``__dict__``
-    held) finds nothing to restore and deletes the attribute at teardown: AttributeError."""
-    matmul = torch.backends.cuda.matmul
-    old = matmul.allow_tf32
-    matmul.allow_tf32 = enabled
+def tf32_flags_restored():
+    """Torch's TF32 flags, legacy and new API alike, as they were before the block.
+
+    The new API's getters return the resolved value ("none" inherits from the parent:
+    generic -> cuda/mkldnn -> matmul), so what is restored is the same behaviour, not
+    always the same raw setting. The legacy setter goes first: it rewrites the backends'
+    matmul values. Not ``monkeypatch.setattr``: torch serves the flags through
+    ``cuBLASModule.__getattr__``, so pytest 9 (which restores what the instance
+    ``__dict__`` held) finds nothing to restore and deletes the attribute at teardown."""
+    backends, legacy = torch.backends, None
+    with contextlib.suppress(RuntimeError):  # a mix of the two APIs has no legacy value
+        legacy = torch.get_float32_matmul_precision()
+    saved = [(backends, backends.fp32_precision), (backends.cuda.matmul, backends.cuda.matmul.fp32_precision),
+             (backends.mkldnn.matmul, backends.mkldnn.matmul.fp32_precision)]  # fmt: skip
     try:
         yield
     finally:
-        matmul.allow_tf32 = old
+        if legacy is not None:
+            torch.set_float32_matmul_precision(legacy)
+        for holder, value in saved:
+            holder.fp32_precision = value
+
+
+def default_tf32_flags() -> None:
+    """Torch's TF32 flags as a fresh process has them: legacy "highest", every new-API value
+    "none" (so cuda.matmul inherits torch.backends.fp32_precision). The legacy setters leave
+    explicit values behind ("ieee" after ``allow_tf32 = False``), which a test of the
+    inheritance must not start from."""
+    torch.set_float32_matmul_precision("highest")
+    for holder in (torch.backends, torch.backends.cuda.matmul, torch.backends.mkldnn.matmul):
+        holder.fp32_precision = "none"
+
+
+@contextlib.contextmanager
+def allow_tf32(enabled: bool):
+    """``torch.backends.cuda.matmul.allow_tf32`` (the legacy API) set to ``enabled`` inside
+    the block, the flags restored after."""
+    with tf32_flags_restored():
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        yield
 
 
 @pytest.fixture

@@ -133,6 +133,89 @@ def test_graph_break_gives_two_graphs():
     assert all(g.ok and g.plugin_err is not None for g in report.graphs)
 
 
+@pytest.fixture
+def nan_kernel(monkeypatch):
+    """A fault in the plugin's kernel: every routed mm/addmm writes NaN everywhere."""
+    from inductor_mm_plugin.inductor import lowering
+
+    for name in ("mm_launch", "addmm_launch"):
+        real = getattr(lowering, name)
+
+        def broken(*args, real=real, **kwargs):
+            return real(*args, **kwargs).fill_(float("nan"))
+
+        monkeypatch.setattr(lowering, name, broken)
+
+
+def _linear_with_a_nan():
+    x = torch.randn(4, 16, device=DEVICE)
+    x[1, 3] = float("nan")  # row 1 of every output is NaN, in the reference and stock alike
+    return nn.Linear(16, 8, device=DEVICE), (x,)
+
+
+def test_a_kernel_writing_nan_fails_though_the_input_has_a_nan(nan_kernel):
+    """With a NaN in the input every error used to be inf, and inf <= 2 * inf passed."""
+    model, inputs = _linear_with_a_nan()
+    with torch.no_grad():
+        report = compare(model, inputs, options={"select": "all", "compete": False}, timing=False)
+    assert report.sites[0].routed
+    assert not report.model["ok"] and not report.graphs[0].ok and not report.ok
+    # 3 rows of 8 are NaN where the reference and stock are finite
+    assert report.model["plugin_err"].nonfinite == 24 and report.model["stock_err"].nonfinite == 0
+    assert "24 NaN/inf differ" in str(report) and "verdict: FAIL" in str(report)
+
+
+def test_nan_where_the_reference_has_it_passes():
+    model, inputs = _linear_with_a_nan()
+    with torch.no_grad():
+        report = compare(model, inputs, options={"select": "all", "compete": False}, timing=False)
+    assert report.sites[0].routed
+    assert report.ok and report.model["plugin_err"].nonfinite == 0
+    # the finite rows are still compared: fp32 on the plugin's kernel, far inside the tolerance
+    assert 0 < report.model["plugin_err"].max_rel < 1e-5
+
+
+@pytest.mark.gpu
+def test_gpu_fp16_overflow_that_stock_shares_passes():
+    """fp16 outputs past 65504 are inf in stock and plugin alike, finite in float64: the
+    dtype's overflow, not the kernel's, so the comparison passes."""
+    torch.manual_seed(0)
+    model = nn.Linear(16, 8, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        model.weight.copy_(torch.rand(8, 16) + 0.5)
+    x = torch.randn(6, 16, device="cuda", dtype=torch.float16)
+    x[0] = 2e4  # row 0: at least 1.6e5 per output, far past fp16's 65504
+    with torch.no_grad():
+        report = compare(model, (x,), options={"select": "all", "compete": False}, timing=False)
+    assert report.sites[0].routed
+    assert report.model["stock_err"].nonfinite == report.model["plugin_err"].nonfinite == 8
+    assert report.ok, str(report)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    "stock,plugin,ok",
+    [
+        ([1.0, NAN, INF], [1.0, NAN, INF], True),  # the reference's pattern
+        ([1.0, 2.0, INF], [1.0, 2.0, INF], True),  # stock's (say fp16 overflow, finite in float64)
+        ([1.0, NAN, INF], [1.0, NAN, 5.0], False),  # finite where the reference and stock are inf
+        ([1.0, NAN, INF], [1.0, NAN, -INF], False),  # the sign of an inf counts
+        ([1.0, NAN, INF], [NAN, NAN, INF], False),  # NaN where both are finite
+        ([1.0, NAN, INF], [1.0, INF, INF], False),  # inf for NaN
+        ([1.0, NAN, INF], [1.5, NAN, INF], False),  # then the finite values: 50% off
+    ],
+)  # fmt: skip
+def test_verdict_compares_nan_inf_patterns_then_finite_values(stock, plugin, ok):
+    from inductor_mm_plugin.comparison import _judge
+
+    ref = torch.tensor([1.0, NAN, INF], dtype=torch.float64)
+    judged = _judge(torch.tensor(stock), torch.tensor(plugin), ref, 1e-3)
+    assert judged["ok"] is ok
+    assert judged["plugin_err"].max_rel == (0.5 if plugin[0] == 1.5 else 0.0)  # over the finite elements
+
+
 def test_no_matmul_is_a_clear_error():
     with pytest.raises(CompareError, match="has no matmul"):
         compare(nn.ReLU(), (torch.randn(4, 4),), timing=False)

@@ -60,6 +60,10 @@ def test_private_torch_c_bindings_below_inductor():
         assert not (x * 2).requires_grad
     with torch_c.below_autograd_and_views():
         assert not (x * 2).requires_grad
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the autocast kernels' guard
+        assert torch.mm(x[None], x[:, None]).dtype == torch.bfloat16
+        with torch_c.below_key("AutocastCPU")():
+            assert torch.mm(x[None], x[:, None]).dtype == torch.float32
     if torch.cuda.is_available():
         assert torch_c.current_raw_stream(0) == torch.cuda.current_stream(0).cuda_stream
         torch_c.gpu_sleep(1000)

@@ -55,12 +55,20 @@ def test_cpu_without_interpreter_falls_back_to_aten():
             out = torch.ops.inductor_mm_plugin.mm(a, b)
         torch.testing.assert_close(out, a @ b, rtol=0, atol=0)
         print([str(x.message) for x in w if issubclass(x.category, inductor_mm_plugin.KernelFallbackWarning)])
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            torch.ops.inductor_mm_plugin.mm_swiglu(a, b, b)
+        print([str(x.message) for x in w if issubclass(x.category, inductor_mm_plugin.KernelFallbackWarning)])
         """
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert "CPU tensors need Triton's interpreter" in res.stdout
+    mm, mm_swiglu = res.stdout.splitlines()[-2:]
+    assert "CPU tensors need Triton's interpreter" in mm
+    # mm_swiglu warns once, as itself (it used to warn twice, as mm)
+    assert mm_swiglu.count("running the aten op") == 1
+    assert "inductor_mm_plugin.mm_swiglu: running the aten op" in mm_swiglu, mm_swiglu
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from inductor_mm_plugin.configs import MatmulConfig
 from inductor_mm_plugin.configs.hopper import INTERPRETER_PTR
 from inductor_mm_plugin.kernels.matmul import _divmod, _tile_coords
 from inductor_mm_plugin.ops.reference import assert_matmul_close
+from inductor_mm_plugin.runtime.layout import tf32_enabled
 
 PTR_CONFIG = MatmulConfig("ptr", 64, 128, 32, 8, 4, 4) if HAS_CUDA else INTERPRETER_PTR
 
@@ -43,7 +44,7 @@ def test_pointer_kernel_forced_config(dtype, ta, tb, batch, bias_shape):
     bias = None if bias_shape is None else bias_of(bias_shape, M, N, dtype)
     plan = runtime.launch(a, b, out, None if bias is None else bias.expand(M, N), 0.5, 2.0, config=PTR_CONFIG)
     assert plan.cfg.kernel == "ptr"
-    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    tf32 = dtype == torch.float32 and tf32_enabled()
     assert_matmul_close(out, a, b, bias, beta=0.5, alpha=2.0, tf32=tf32)
 
 

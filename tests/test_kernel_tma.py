@@ -24,7 +24,7 @@ from inductor_mm_plugin.configs import MatmulConfig, Problem, candidate_configs,
 from inductor_mm_plugin.configs.hopper import INTERPRETER_TMA
 from inductor_mm_plugin.ops.reference import assert_matmul_close
 from inductor_mm_plugin.runtime.device import num_sms
-from inductor_mm_plugin.runtime.layout import tma_layout
+from inductor_mm_plugin.runtime.layout import tf32_enabled, tma_layout
 
 if HAS_CUDA:
     TMA_CONFIGS = [
@@ -59,7 +59,7 @@ def test_tma_kernel_forced_config(cfg, dtype, ta, tb):
     out = poisoned(M, N, dtype=dtype)
     plan = runtime.launch(a, b, out, config=cfg)
     assert plan.cfg.kernel == "tma"
-    assert_matmul_close(out, a, b, tf32=dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
+    assert_matmul_close(out, a, b, tf32=dtype == torch.float32 and tf32_enabled())
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)

@@ -130,7 +130,38 @@ def test_plan_of_another_setup_is_refused(tmp_path, field, value):
         plan_file.load(plan)
 
 
-@pytest.mark.parametrize("text,message", [("{", "is not JSON"), ('{"format": "x"}', "is not a routing plan")])
+def _plan_json(**fields):
+    data = {"format": plan_file.FORMAT, "version": plan_file.FORMAT_VERSION, "model": "MLP",
+            "setup": plan_file.setup(), "sites": [{"site": "forward|up|mm|4x16 16x32|16,1 1,16|float32",
+                                                    "route": True}]}  # fmt: skip
+    return json.dumps({**data, **fields})
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+BAD_PLANS = [
+    ("{", "is not JSON"),
+    ('{"format": "x"}', "is not a routing plan"),
+    (DEEP, "is not JSON"),  # RecursionError in json
+    (_plan_json(sites=json.loads("[" * 50 + "]" * 50)), "malformed site list"),
+    ('{"format": ' + DEEP + "}", "is not JSON"),
+    ("[1, 2]", "is not a routing plan"),
+    (_plan_json(version=True), "is not a routing plan of format version 1"),  # True == 1
+    (_plan_json(version="1"), "is not a routing plan of format version 1"),
+    (_plan_json(setup="cpu"), "'setup' must be an object"),  # was AttributeError
+    (_plan_json(setup=None), "'setup' must be an object"),
+    (_plan_json(setup={**plan_file.setup(), "gpu": 7}), "'setup' field 'gpu' must be a string"),
+    (_plan_json(model=3), "'model' must be a string"),
+    (_plan_json(sites={"a": True}), "'sites' must be a list"),
+    (_plan_json(sites=[{"site": "a", "route": "false"}]), "site 0: 'route' must be true or false, got 'false'"),
+    (_plan_json(sites=[{"site": "a", "route": 1}]), "site 0: 'route' must be true or false, got 1"),
+    (_plan_json(sites=[{"site": 5, "route": True}]), "site 0: 'site' must be a string"),
+    (_plan_json(sites=[{"site": "a"}]), "site 0: expected an object with 'site' and 'route'"),
+    (_plan_json(sites=["a"]), "site 0: expected an object with 'site' and 'route'"),
+    (_plan_json(sites=[{"site": "a", "route": True}, {"site": "a", "route": False}]), "site 1: 'a' is listed twice"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD_PLANS)
 def test_unreadable_plans_are_clear_errors(tmp_path, text, message):
     (tmp_path / "p.json").write_text(text)
     with pytest.raises(plan_file.PlanError, match=message):
@@ -164,14 +195,42 @@ def test_compare_can_be_called_twice():
         inductor_mm_plugin.compare(MLP(), (x_of(4, 16),), options={"select": "all"}, timing=False)
 
 
+GOOD = {"plugin_us": 8.0, "aten_us": 10.0, "ratios": [1.25] * 5, "graphs": True, "plugin_host_us": 0.0,
+        "aten_host_us": 0.0}
 MALFORMED = [
-    {"plugin_us": "fast"},  # ValueError
-    {"plugin_us": 1.0},  # KeyError
-    {"plugin_us": 1, "aten_us": 2, "ratios": None, "graphs": True},  # TypeError
+    {"plugin_us": "fast"},
+    {"plugin_us": 1.0},
+    {**GOOD, "ratios": None},
+    {**GOOD, "ratios": []},  # crashed the compile: statistics.median of nothing
+    {**GOOD, "ratios": "123"},  # read as three rounds
+    {**GOOD, "ratios": [1.2, float("nan")]},
+    {**GOOD, "ratios": [1.2, -1.0]},
+    {**GOOD, "ratios": [1.2, True]},
+    {**GOOD, "ratios": {"a": 1.2}},
+    {**GOOD, "graphs": "no"},  # read as true
+    {**GOOD, "graphs": 1},
+    {**GOOD, "plugin_us": float("inf")},
+    {**GOOD, "aten_us": 0},
+    {**GOOD, "aten_us": "10"},
+    {**GOOD, "plugin_host_us": -1.0},
+    {**GOOD, "aten_host_us": None},
+    {k: v for k, v in GOOD.items() if k != "aten_host_us"},
+    {**GOOD, "extra": 1},
+    ["not", "an", "object"],
 ]
 
 
-@pytest.mark.parametrize("bad", MALFORMED)
+@pytest.mark.parametrize("bad", [GOOD, *MALFORMED])
+def test_measurement_from_json_checks_every_field(bad):
+    if bad is GOOD:
+        assert Measurement.from_json(GOOD) == Measurement(8.0, 10.0, (1.25,) * 5, True, 0.0, 0.0)
+        return
+    with pytest.raises(ValueError):
+        Measurement.from_json(bad)
+
+
+# The last: well formed, but timed the other way than the key says (under CUDA graphs).
+@pytest.mark.parametrize("bad", [*MALFORMED, {**GOOD, "graphs": False}])
 def test_a_malformed_routing_cache_entry_is_measured_again(tmp_path, monkeypatch, fresh_state, bad):
     store = measure.RoutingCache("TEST GPU", "3.6.0", "abc", tmp_path, torch="2.11.0")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "TEST GPU")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 from cases import BIAS_SHAPES, DTYPES, LAYOUTS, SCALES, SHAPES, bias_of, operand, poisoned, randn
-from conftest import DEVICE, allow_tf32
+from conftest import DEVICE, allow_tf32, default_tf32_flags, tf32_flags_restored
 
 import inductor_mm_plugin  # noqa: F401  (registers the ops)
 from inductor_mm_plugin.runtime import addmm_launch, bmm_launch, mm_launch
@@ -103,13 +103,72 @@ def test_fp32_input_precision_follows_allow_tf32(monkeypatch):
     from inductor_mm_plugin.runtime import layout as impl
 
     monkeypatch.setattr(impl, "interpreting", lambda: False)
-    before = torch.backends.cuda.matmul.allow_tf32
+    before = impl.tf32_enabled()
     with allow_tf32(True):
         assert impl.input_precision(torch.float32) == "tf32"
         assert impl.input_precision(torch.bfloat16) == "ieee"
     with allow_tf32(False):
         assert impl.input_precision(torch.float32) == "ieee"
-    assert torch.backends.cuda.matmul.allow_tf32 == before
+    assert impl.tf32_enabled() == before
+
+
+def _set(holder, value):
+    return lambda: setattr(holder, "fp32_precision", value)
+
+
+# Each way torch offers to set TF32 for fp32 matmuls, and whether cuBLAS then uses it: the
+# new API's resolved value (torch.backends.cuda.matmul.fp32_precision, which inherits
+# "none" from torch.backends.fp32_precision), which the legacy setters keep in step. The
+# last two mix the APIs, where reading the legacy flag raises.
+TF32_SETTINGS = {
+    "legacy allow_tf32=True": (lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True), True),
+    "legacy allow_tf32=False": (lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", False), False),
+    "legacy precision high": (lambda: torch.set_float32_matmul_precision("high"), True),
+    "legacy precision medium": (lambda: torch.set_float32_matmul_precision("medium"), True),
+    "legacy precision highest": (lambda: torch.set_float32_matmul_precision("highest"), False),
+    "cuda.matmul tf32": (_set(torch.backends.cuda.matmul, "tf32"), True),
+    "cuda.matmul ieee": (_set(torch.backends.cuda.matmul, "ieee"), False),
+    "generic tf32": (_set(torch.backends, "tf32"), True),
+    "generic ieee": (_set(torch.backends, "ieee"), False),
+    "generic tf32, cuda.matmul ieee": (lambda: (_set(torch.backends, "tf32")(),
+                                                _set(torch.backends.cuda.matmul, "ieee")()), False),
+    "legacy True, then cuda.matmul ieee": (lambda: (setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+                                                    _set(torch.backends.cuda.matmul, "ieee")()), False),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("setting", TF32_SETTINGS)
+def test_tf32_follows_both_apis(monkeypatch, setting):
+    """Whichever API set it, the plugin reads TF32 as torch resolves it for cuBLAS, without
+    torch's "mix of the legacy and new APIs" error, and the ops run eagerly and compiled."""
+    from inductor_mm_plugin.runtime import layout as impl
+
+    apply, expected = TF32_SETTINGS[setting]
+    with tf32_flags_restored():
+        default_tf32_flags()
+        apply()
+        assert impl.tf32_enabled() is expected
+        with monkeypatch.context() as m:
+            m.setattr(impl, "interpreting", lambda: False)  # the interpreter has IEEE only
+            assert impl.input_precision(torch.float32) == ("tf32" if expected else "ieee")
+            assert impl.input_precision(torch.float16) == "ieee"
+        a, b, bias = (randn(*shape, dtype=torch.float32) for shape in ((16, 32), (32, 8), (8,)))
+        tf32 = expected and DEVICE == "cuda"
+        assert_matmul_close(ops.mm(a, b), a, b, tf32=tf32)
+        assert_matmul_close(ops.addmm(bias, a, b), a, b, bias, tf32=tf32)
+        assert_matmul_close(ops.bmm(a[None], b[None])[0], a, b, tf32=tf32)
+
+
+def test_tf32_new_api_under_torch_compile():
+    """The routed op of a compiled graph reads the flag too (at compile time and per call)."""
+    model = torch.nn.Linear(32, 8, device=DEVICE)
+    x = randn(16, 32, dtype=torch.float32)
+    with tf32_flags_restored(), torch.no_grad():
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="inductor_mm_plugin", options={"select": "all", "compete": False})
+        assert_matmul_close(compiled(x), x, model.weight.mT, model.bias, tf32=DEVICE == "cuda")
+    torch._dynamo.reset()
 
 
 @pytest.mark.gpu
@@ -125,6 +184,35 @@ def test_fp32_honours_tf32_on_gpu():
         tf32 = ops.mm(a, b)
     assert_matmul_close(tf32, a, b, tf32=True)
     assert (tf32.double() - ref).abs().max() > 10 * (ieee.double() - ref).abs().max()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("setting", ["cuda.matmul tf32", "generic tf32", "legacy precision high"])
+def test_gpu_tf32_set_by_either_api_runs_tf32(setting):
+    """TF32 set through the new API runs TF32 eagerly and compiled, as the legacy flag does:
+    the error is TF32's, far above IEEE's (test_transformers' model failed here on the H200:
+    transformers sets the new API)."""
+    from inductor_mm_plugin.ops.reference import matmul_reference
+
+    a, b = randn(256, 1024, dtype=torch.float32), randn(1024, 192, dtype=torch.float32)
+    ref = matmul_reference(a, b)
+    with allow_tf32(False):
+        ieee = ops.mm(a, b)
+
+    def matmul(x, y):
+        return x @ y
+
+    with tf32_flags_restored():
+        default_tf32_flags()
+        TF32_SETTINGS[setting][0]()
+        eager = ops.mm(a, b)
+        torch._dynamo.reset()
+        compiled = torch.compile(matmul, backend="inductor_mm_plugin", options={"select": "all", "compete": False})
+        out = compiled(a, b)
+    torch._dynamo.reset()
+    for got in (eager, out):
+        assert_matmul_close(got, a, b, tf32=True)
+        assert (got.double() - ref).abs().max() > 10 * (ieee.double() - ref).abs().max()
 
 
 @pytest.mark.gpu

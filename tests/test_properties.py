@@ -34,6 +34,7 @@ from inductor_mm_plugin.ops.reference import (
     error_bound,
     matmul_reference,
 )
+from inductor_mm_plugin.runtime import tf32_enabled
 
 ops = torch.ops.inductor_mm_plugin
 
@@ -63,7 +64,7 @@ def _settings(max_examples: int):
 
 
 def _tf32(dtype) -> bool:
-    return DEVICE == "cuda" and dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    return DEVICE == "cuda" and dtype == torch.float32 and tf32_enabled()
 
 
 # ------------------------------------------------------------------------- operands

@@ -7,6 +7,8 @@ inside it.
 """
 
 import logging
+import re
+import warnings
 
 import pytest
 import torch
@@ -80,9 +82,11 @@ def test_op_rejects_mixed_dtypes():
         ops.mm_swiglu(x, randn(8, 3, dtype=torch.float32), randn(8, 3, dtype=torch.float16))
 
 
+@pytest.mark.filterwarnings("ignore::inductor_mm_plugin.KernelFallbackWarning")
 @pytest.mark.parametrize("requires_grad", [False, True])
-def test_opcheck(requires_grad):
-    args = [randn(*s, dtype=torch.float32).requires_grad_(requires_grad) for s in ((9, 7), (7, 5), (7, 5))]
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)  # float64: the aten composition
+def test_opcheck(requires_grad, dtype):
+    args = [randn(*s, dtype=dtype).requires_grad_(requires_grad) for s in ((9, 7), (7, 5), (7, 5))]
     torch.library.opcheck(ops.mm_swiglu.default, tuple(args))
 
 
@@ -94,6 +98,70 @@ def test_gradients_against_float64():
     ref = torch.autograd.grad(mm_swiglu_reference(*ref_inputs), ref_inputs, grad_out.double())
     for g, r in zip(grads, ref):
         torch.testing.assert_close(g.double(), r, rtol=1e-4, atol=1e-4 * r.abs().max().item())
+
+
+# Off the kernel's dtypes the op is the aten composition at the inputs' own precision, with
+# one KernelFallbackWarning naming mm_swiglu (it used to warn twice, as mm, at fp32 precision).
+
+
+def _fallback_warnings(call):
+    """(call's result, the messages of the KernelFallbackWarnings it gave)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call()
+    return result, [str(w.message) for w in caught if issubclass(w.category, inductor_mm_plugin.KernelFallbackWarning)]
+
+
+def _swiglu_inputs(dtype, requires_grad=False):
+    x, w_gate, w_up = (torch.randn(*s, device=DEVICE, dtype=dtype) for s in ((9, 7), (7, 5), (7, 5)))
+    return [t.requires_grad_(requires_grad) for t in (x, w_gate, w_up)]
+
+
+def _one_warning_as_mm_swiglu(messages, dtype):
+    assert len(messages) == 1, messages
+    assert messages[0].startswith("inductor_mm_plugin.mm_swiglu: running the aten op instead of the Triton kernel: "
+                                  f"dtype {dtype} is not supported")  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype,requires_grad", [(torch.float64, False), (torch.float64, True),
+                                                  (torch.complex64, False), (torch.complex128, False)])  # fmt: skip
+def test_off_kernel_dtypes_run_the_composition_at_their_precision(dtype, requires_grad):
+    x, w_gate, w_up = _swiglu_inputs(dtype, requires_grad)
+    out, messages = _fallback_warnings(lambda: ops.mm_swiglu(x, w_gate, w_up))
+    _one_warning_as_mm_swiglu(messages, dtype)
+    with torch.no_grad():
+        want = F.silu(x @ w_gate) * (x @ w_up)  # complex: the imaginary part kept
+    assert out.dtype == dtype and out.is_contiguous()
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    if requires_grad:  # backward gives no warning of its own
+        _, messages = _fallback_warnings(lambda: out.abs().sum().backward())
+        assert messages == [] and all(t.grad is not None and t.grad.dtype == dtype for t in (x, w_gate, w_up))
+
+
+def test_float64_passes_gradcheck():
+    inputs = _swiglu_inputs(torch.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", inductor_mm_plugin.KernelFallbackWarning)
+        assert torch.autograd.gradcheck(ops.mm_swiglu, inputs)
+        assert torch.autograd.gradgradcheck(ops.mm_swiglu, inputs)
+
+
+def test_complex_gradients_raise_torchs_error():
+    """torch's silu has no complex autograd: its error, never a gradient of the real part."""
+    x, w_gate, w_up = _swiglu_inputs(torch.complex64, requires_grad=True)
+    with pytest.raises(RuntimeError) as want:
+        F.silu(x @ w_gate) * (x @ w_up)
+    with pytest.raises(RuntimeError, match=re.escape(str(want.value))):
+        ops.mm_swiglu(x, w_gate, w_up)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool], ids=str)
+def test_integer_inputs_raise_as_silu_does(dtype):
+    x, w_gate, w_up = (torch.randint(-3, 4, s, device=DEVICE).to(dtype) for s in ((9, 7), (7, 5), (7, 5)))
+    with pytest.raises(Exception) as want:
+        F.silu(x @ w_gate) * (x @ w_up)
+    with pytest.raises(type(want.value), match=re.escape(str(want.value))):
+        _fallback_warnings(lambda: ops.mm_swiglu(x, w_gate, w_up))
 
 
 # ---------------------------------------------------------------------------- routing

@@ -96,7 +96,11 @@ def test_file_with_a_foreign_header_is_ignored(tmp_path):
     assert make_cache(tmp_path).get(KEY) is None
 
 
-@pytest.mark.parametrize("garbage", ["", "{", "[]", '{"header": 1}', '{"header": null, "entries": []}', "\x00\xff"])
+DEEP = "[" * 100_000 + "]" * 100_000  # json raises RecursionError on it
+
+
+@pytest.mark.parametrize("garbage", ["", "{", "[]", '{"header": 1}', '{"header": null, "entries": []}', "\x00\xff",
+                                     DEEP, '{"header": ' + DEEP + ', "entries": {}}'])  # fmt: skip
 def test_corrupt_file_is_treated_as_empty_and_replaced(tmp_path, garbage):
     cache = make_cache(tmp_path)
     tmp_path.mkdir(exist_ok=True)
@@ -105,6 +109,49 @@ def test_corrupt_file_is_treated_as_empty_and_replaced(tmp_path, garbage):
     assert autotune(KEY, CANDIDATES, timer, make_cache(tmp_path)) == CANDIDATES[1]
     assert len(timer.calls) == len(CANDIDATES)
     assert make_cache(tmp_path).get(KEY) == CANDIDATES[1]  # the file parses again
+
+
+GOOD_CONFIG = CANDIDATES[1].to_json()
+BAD_ENTRIES = [
+    {"config": {**GOOD_CONFIG, "block_m": True}, "ms": 1.0},  # a bool for an int (True == 1)
+    {"config": {**GOOD_CONFIG, "block_m": 128.0}, "ms": 1.0},
+    {"config": {**GOOD_CONFIG, "num_stages": "3"}, "ms": 1.0},
+    {"config": {**GOOD_CONFIG, "num_stages": 0}, "ms": 1.0},
+    {"config": {**GOOD_CONFIG, "block_k": 1 << 20}, "ms": 1.0},
+    {"config": {**GOOD_CONFIG, "epilogue_subtile": "no"}, "ms": 1.0},  # "no" is truthy
+    {"config": {**GOOD_CONFIG, "kernel": ["tma"]}, "ms": 1.0},
+    {"config": [GOOD_CONFIG], "ms": 1.0},
+    {"config": GOOD_CONFIG, "ms": "1.0"},
+    {"config": GOOD_CONFIG, "ms": float("nan")},
+    {"config": GOOD_CONFIG, "ms": -1.0},
+    {"config": GOOD_CONFIG, "ms": True},
+    {"config": GOOD_CONFIG, "ms": 1.0, "timings_ms": [1.0]},
+    {"config": GOOD_CONFIG, "ms": 1.0, "timings_ms": {"a": "fast"}},
+    {"config": GOOD_CONFIG, "ms": 1.0, "extra": 1},
+    {"config": GOOD_CONFIG},
+    "entry",
+]
+
+
+@pytest.mark.parametrize("entry", BAD_ENTRIES)
+def test_every_field_is_checked_with_its_type(tmp_path, entry):
+    cache = make_cache(tmp_path)
+    autotune(KEY, CANDIDATES, FakeTimer(), cache)
+    data = json.loads(cache.path.read_text())
+    data["entries"]["bad"] = entry
+    cache.path.write_text(json.dumps(data))
+    fresh = make_cache(tmp_path)
+    assert fresh.get("bad") is None
+    assert fresh.get(KEY) == CANDIDATES[1]
+
+
+def test_a_header_must_match_in_type_too(tmp_path):
+    cache = make_cache(tmp_path)
+    autotune(KEY, CANDIDATES, FakeTimer(), cache)
+    data = json.loads(cache.path.read_text())
+    data["header"]["format"] = True  # == 1 in Python
+    cache.path.write_text(json.dumps(data))
+    assert make_cache(tmp_path).get(KEY) is None
 
 
 def test_one_bad_entry_does_not_spoil_the_rest(tmp_path):

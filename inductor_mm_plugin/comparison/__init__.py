@@ -13,7 +13,9 @@ inputs:
 
 * numerics — every graph output, and the model output (and parameter gradients for a
   training step), against a float64 eager reference: an upcast copy of the model on
-  upcast inputs, or for one graph the captured graph itself on upcast inputs;
+  upcast inputs, or for one graph the captured graph itself on upcast inputs. NaN/inf
+  patterns first (the plugin's must be the reference's or stock's at every element), then
+  the error over the elements finite in both;
 * speed — the whole model step and every graph, stock against plugin in interleaved
   rounds (the order alternating; the median of the per-round ratios, and a verdict:
   faster, slower or within noise, from their spread), under CUDA graphs by default on CUDA
@@ -55,8 +57,9 @@ from .profile import profile_step, site_key
 from .report import CompareError, Error, GraphResult, Report, SiteResult
 from .timing import ROUNDS, interleaved, time_sites
 
-# A model output passes when the plugin's relative error (max |out - ref| / max |ref|) is
-# within the dtype's tolerance, or within twice stock Inductor's own error on the same graph
+# A model output passes when the plugin's NaN/inf pattern is the reference's or stock's at every
+# element, and its relative error over the elements finite in both (max |out - ref| / max |ref|)
+# is within the dtype's tolerance, or within twice stock Inductor's own error on the same graph
 # (a deep graph accumulates rounding that no matmul can remove). Tolerances: 8 output
 # roundings (three bits) for fp16/bf16; for fp32, TF32's operand rounding (about 1e-3).
 # A dropped K slice or a wrong tile is off by whole products, far beyond either.
@@ -80,18 +83,45 @@ def _tensors(tree) -> list[torch.Tensor]:
     return [t for t in compat.tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
 
+def _floating_outputs(*trees) -> list[tuple[torch.Tensor, ...]]:
+    """The floating-point output tensors of each tree, side by side (the trees share a structure)."""
+    lists = [_tensors(tree) for tree in trees]
+    if any(len(ts) != len(lists[-1]) for ts in lists):
+        raise CompareError(f"output structure differs: {len(lists[0])} tensors against {len(lists[-1])} in the "
+                           "reference")  # fmt: skip
+    return [tuple(t.detach().double().to(ts[0].device) for t in ts) for ts in zip(*lists)
+            if ts[0].is_floating_point() and ts[0].numel()]  # fmt: skip
+
+
+def _kind(t: torch.Tensor) -> torch.Tensor:
+    """Each element's kind: 0 finite, 1 NaN, 2 +inf, 3 -inf."""
+    return t.isnan().to(torch.int8) + 2 * t.isposinf() + 3 * t.isneginf()
+
+
 def _error(out, ref) -> Error:
-    outs, refs = _tensors(out), _tensors(ref)
-    if len(outs) != len(refs):
-        raise CompareError(f"output structure differs: {len(outs)} tensors against {len(refs)} in the reference")
-    max_abs, max_ref = 0.0, 0.0
-    for o, r in zip(outs, refs):
-        if not (o.is_floating_point() and o.numel()):
-            continue
-        diff = (o.detach().double() - r.detach().double().to(o.device)).abs()
-        max_abs = max(max_abs, float(diff.max()) if not diff.isnan().any() else math.inf)
-        max_ref = max(max_ref, float(r.detach().double().abs().max()))
-    return Error(max_abs, max_abs / max_ref if max_ref > 0 else max_abs)
+    """How far ``out`` is from ``ref``: where its NaN/inf pattern differs (an element count),
+    then over the elements finite in both, the largest error, absolute and relative to the
+    reference's largest finite magnitude. A NaN no longer makes the error inf, where an inf
+    on either side passed any comparison."""
+    max_abs, max_ref, differ = 0.0, 0.0, 0
+    for o, r in _floating_outputs(out, ref):
+        differ += int((_kind(o) != _kind(r)).sum())
+        both = o.isfinite() & r.isfinite()
+        if both.any():
+            max_abs = max(max_abs, float((o - r)[both].abs().max()))
+        if r.isfinite().any():
+            max_ref = max(max_ref, float(r[r.isfinite()].abs().max()))
+    return Error(max_abs, max_abs / max_ref if max_ref > 0 else max_abs, differ)
+
+
+def _unexplained_nonfinite(stock, plugin, ref) -> int:
+    """Elements where the plugin's NaN/inf pattern is neither the reference's nor stock's (a
+    low-precision overflow that stock shares is the dtype's, not the kernel's)."""
+    count = 0
+    for s, p, r in _floating_outputs(stock, plugin, ref):
+        kind = _kind(p)
+        count += int(((kind != _kind(r)) & (kind != _kind(s))).sum())
+    return count
 
 
 def _upcast(tree, dtype=torch.float64):
@@ -170,7 +200,8 @@ def compare(
     train:      also run backward on the (scalar) output and compare parameter gradients;
                 None means: when the output is a scalar that requires grad.
     cudagraphs: time under CUDA graphs (default: on CUDA, for inference; a training step is
-                timed without); ``rounds`` interleaved rounds of ``reps`` calls per arm.
+                timed without); ``rounds`` interleaved rounds of ``reps`` calls per arm
+                (ints of at least 1, ``warmup`` at least 0: a ValueError before anything compiles).
     write_plan: a path: write a routing plan of where the plugin's kernels won in the model
                 (plan_file.py).
     """
@@ -314,8 +345,11 @@ def _run(fn, inputs, train):
 
 
 def _judge(stock, plugin, ref, tolerance) -> dict:
+    """The plugin passes when its NaN/inf pattern is the reference's or stock's at every
+    element, and its error over the finite elements is within the tolerance or twice stock's."""
     stock_err, plugin_err = _error(stock, ref), _error(plugin, ref)
-    ok = plugin_err.max_rel <= max(tolerance, 2 * stock_err.max_rel)
+    patterns_match = _unexplained_nonfinite(stock, plugin, ref) == 0
+    ok = patterns_match and plugin_err.max_rel <= max(tolerance, 2 * stock_err.max_rel)
     return {"stock_err": stock_err, "plugin_err": plugin_err, "tolerance": tolerance, "ok": ok}
 
 

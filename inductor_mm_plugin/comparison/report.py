@@ -17,11 +17,15 @@ class CompareError(RuntimeError):
 
 @dataclasses.dataclass
 class Error:
-    max_abs: float
-    max_rel: float  # max |out - ref| / max |ref|
+    """An output's error against the reference (comparison._error)."""
+
+    max_abs: float  # over the elements finite in both
+    max_rel: float  # max |out - ref| / max |ref|, the reference's finite elements
+    nonfinite: int = 0  # elements whose NaN/+inf/-inf pattern differs from the reference's
 
     def __str__(self) -> str:
-        return f"{self.max_abs:.2e} ({self.max_rel:.1e} rel)"
+        differ = f", {self.nonfinite} NaN/inf differ" if self.nonfinite else ""
+        return f"{self.max_abs:.2e} ({self.max_rel:.1e} rel{differ})"
 
 
 @dataclasses.dataclass

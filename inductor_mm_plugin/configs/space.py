@@ -41,21 +41,41 @@ class MatmulConfig:
 
     @classmethod
     def from_json(cls, d: dict) -> MatmulConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
+        """A config read back from JSON (the tuning cache). ValueError for anything else: not
+        an object, unknown or missing fields, a value of another type (a bool is no int, as
+        JSON's true is not 1), or out of range (``validate``)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a MatmulConfig is a JSON object, got {type(d).__name__}")
+        kinds = {f.name: {"str": str, "int": int, "bool": bool}[f.type] for f in dataclasses.fields(cls)}
+        unknown = set(d) - set(kinds)
         if unknown:
-            raise ValueError(f"unknown MatmulConfig fields {sorted(unknown)}; expected a subset of {sorted(names)}")
-        cfg = cls(**d)
+            raise ValueError(f"unknown MatmulConfig fields {sorted(unknown)}; expected a subset of {sorted(kinds)}")
+        for name, value in d.items():
+            if type(value) is not kinds[name]:
+                raise ValueError(f"MatmulConfig.{name} must be {kinds[name].__name__}, got {value!r}")
+        try:
+            cfg = cls(**d)
+        except TypeError as e:  # a required field missing
+            raise ValueError(f"MatmulConfig: {e}") from None
         cfg.validate()
         return cfg
+
+    # Bounds past anything the tables, the heuristic or the autotuner make: a config beyond
+    # them comes from a corrupt file, and would fail to compile or exhaust the device.
+    _POW2_MAX = {"block_m": 1024, "block_n": 1024, "block_k": 1024, "group_m": 1024, "num_warps": 32}
+    _RANGE = {"num_stages": (1, 16), "split_k": (1, 64)}  # the skinny heuristic splits K in 3
 
     def validate(self) -> None:
         if self.kernel not in ("tma", "ptr"):
             raise ValueError(f"MatmulConfig.kernel must be 'tma' or 'ptr', got {self.kernel!r}")
-        for name in ("block_m", "block_n", "block_k", "group_m", "num_warps", "split_k"):
+        for name, most in self._POW2_MAX.items():
             v = getattr(self, name)
-            if v < 1 or v & (v - 1):
-                raise ValueError(f"MatmulConfig.{name} must be a power of two, got {v}")
+            if v < 1 or v & (v - 1) or v > most:
+                raise ValueError(f"MatmulConfig.{name} must be a power of two up to {most}, got {v}")
+        for name, (least, most) in self._RANGE.items():
+            v = getattr(self, name)
+            if not least <= v <= most:
+                raise ValueError(f"MatmulConfig.{name} must be in [{least}, {most}], got {v}")
         if self.kernel == "ptr" and (self.split_k != 1 or self.epilogue_subtile or self.flatten):
             raise ValueError("split_k, epilogue_subtile and flatten apply to the 'tma' kernel only")
 

@@ -138,10 +138,25 @@ def current_compile_id() -> Any:
     return torch._guards.CompileContext.current_compile_id()
 
 
+@contextlib.contextmanager
 def fresh_inductor_cache():
+    """Inductor's ``fresh_cache``: a temporary cache folder for the block, removed after it.
+
+    On an exception torch keeps the folder and logs "on error, temporary cache dir kept at
+    ...". Here the exception leaves torch's block as if the block had ended (so the folder
+    goes) and is raised again outside it: a failed ``compare`` leaves nothing behind and
+    prints its own error alone.
+    """
     from torch._inductor.utils import fresh_cache
 
-    return fresh_cache()
+    error = None
+    with fresh_cache():
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001  (raised again below)
+            error = e
+    if error is not None:
+        raise error
 
 
 

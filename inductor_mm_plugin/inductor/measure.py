@@ -84,15 +84,26 @@ class Measurement:
 
     @classmethod
     def from_json(cls, d: dict) -> Measurement:
-        """A measurement read back from the routing cache; ValueError/KeyError/TypeError when
-        the entry is malformed (then it is measured again)."""
-        ratios = tuple(float(r) for r in d["ratios"])
-        values = [float(d[k]) for k in ("plugin_us", "aten_us", "plugin_host_us", "aten_host_us")]
-        if not ratios or not all(math.isfinite(x) and x >= 0 for x in (*ratios, *values)):
-            raise ValueError(f"a routing-cache entry with unusable times: {d!r}")
-        if not isinstance(d["graphs"], bool):
-            raise TypeError(f"a routing-cache entry whose 'graphs' is not a bool: {d!r}")
-        return cls(values[0], values[1], ratios, d["graphs"], values[2], values[3])
+        """A measurement read back from the routing cache; ValueError for anything that is not
+        one (then it is measured again): other or missing fields, GPU times or ratios that are
+        not finite positive numbers (a bool is no number, "123" no list), no ratios (a list;
+        to_json's tuple too), host costs that are not finite and >= 0, a ``graphs`` not a bool."""
+        if not isinstance(d, dict) or set(d) != _FIELDS:
+            raise ValueError(f"a routing-cache entry is an object of {', '.join(sorted(_FIELDS))}")
+        times, ratios, hosts = [d["plugin_us"], d["aten_us"]], d["ratios"], [d["plugin_host_us"], d["aten_host_us"]]
+        if not (type(ratios) in (list, tuple) and ratios and all(_number(x) and x > 0 for x in (*times, *ratios))
+                and all(_number(x) and x >= 0 for x in hosts) and type(d["graphs"]) is bool):  # fmt: skip
+            raise ValueError("a routing-cache entry needs positive times and ratios (a non-empty list), host costs "
+                             ">= 0 and a bool graphs")  # fmt: skip
+        return cls(float(times[0]), float(times[1]), tuple(float(r) for r in ratios), d["graphs"], float(hosts[0]),
+                   float(hosts[1]))  # fmt: skip
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Measurement)}
+
+
+def _number(value) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 def signature(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> str | None:
@@ -215,8 +226,10 @@ def cached_or_measure(key: str, op: str, vals: list[torch.Tensor], alpha, beta, 
         entry = store.get_entry(key)
         try:
             hit = Measurement.from_json(entry) if entry is not None else None
-        except (KeyError, TypeError, ValueError):
+        except ValueError:
             hit = None  # a malformed entry is measured again
+        if hit is not None and hit.graphs != graphs:
+            hit = None  # and so is one timed the other way than the key says
         if hit is None:
             hit = measure(op, layouts(vals), vals[-1].dtype, vals[-1].device, alpha, beta, graphs)
             store.put_entry(key, hit.to_json())

@@ -69,26 +69,52 @@ def write(path, routes: dict[str, bool], model: str = "") -> None:
 
 
 def load(path) -> Plan:
-    """Read and check a plan; PlanError says what is wrong."""
+    """Read and check a plan; PlanError says what is wrong. Every field is checked with its
+    type before anything is read from it (a "route" of "false" is refused, not taken as true)."""
     path = os.fspath(path)
     try:
         with open(path) as f:
             data = json.load(f)
     except OSError as e:
         raise PlanError(f"inductor_mm_plugin: cannot read the routing plan {path}: {e.strerror}") from e
-    except ValueError as e:
-        raise PlanError(f"inductor_mm_plugin: the routing plan {path} is not JSON: {e}") from e
-    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != FORMAT_VERSION:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested too deep for json
+        why = str(e) if isinstance(e, ValueError) else "nested too deep"
+        raise PlanError(f"inductor_mm_plugin: the routing plan {path} is not JSON: {why}") from None
+    # type(...) is int: in Python, JSON's true equals 1.
+    if (not isinstance(data, dict) or data.get("format") != FORMAT or type(data.get("version")) is not int
+            or data["version"] != FORMAT_VERSION):  # fmt: skip
         raise PlanError(f"inductor_mm_plugin: {path} is not a routing plan of format version {FORMAT_VERSION}")
+
+    def malformed(what: str) -> PlanError:
+        return PlanError(f"inductor_mm_plugin: the routing plan {path} is malformed: {what}")
+
+    if not isinstance(data.get("model", ""), str):
+        raise malformed("'model' must be a string")
+    written = data.get("setup")
+    if not isinstance(written, dict):
+        raise malformed(f"'setup' must be an object, got {type(written).__name__}")
     here = setup()
-    written = data.get("setup") or {}
+    for key in here:
+        if key in written and not isinstance(written[key], str):
+            raise malformed(f"'setup' field {key!r} must be a string, got {type(written[key]).__name__}")
     differ = [f"{k} {written.get(k)!r} (here {here[k]!r})" for k in here if written.get(k) != here[k]]
     if differ:
         raise PlanError(f"inductor_mm_plugin: the routing plan {path} was measured with another setup: "
                         f"{', '.join(differ)}. Measure it again here.")  # fmt: skip
-    try:
-        route = {str(s["site"]): bool(s["route"]) for s in data["sites"]}
-    except (KeyError, TypeError) as e:
-        raise PlanError(f"inductor_mm_plugin: the routing plan {path} has a malformed site list") from e
-    model = data.get("model", "")
-    return Plan(path, written, route, model if isinstance(model, str) else "")
+    sites = data.get("sites")
+    if not isinstance(sites, list):
+        raise malformed(f"'sites' must be a list (the plan has a malformed site list), got {type(sites).__name__}")
+    route = {}
+    for i, entry in enumerate(sites):
+        if not isinstance(entry, dict) or set(entry) != {"site", "route"}:
+            raise malformed(f"site {i}: expected an object with 'site' and 'route' (a malformed site list)")
+        key, routed = entry["site"], entry["route"]
+        if not isinstance(key, str):
+            raise malformed(f"site {i}: 'site' must be a string, got {type(key).__name__}")
+        if type(routed) is not bool:
+            shown = repr(routed) if isinstance(routed, (str, int, float)) else type(routed).__name__
+            raise malformed(f"site {i}: 'route' must be true or false, got {shown[:80]}")
+        if key in route:
+            raise malformed(f"site {i}: {key[:200]!r} is listed twice")
+        route[key] = routed
+    return Plan(path, written, route, data.get("model", ""))  # a str: checked above

@@ -20,10 +20,13 @@ chained pass without a uuid, makes it return None, which tells Inductor not to c
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
+import dis
 import hashlib
 import inspect
 import pathlib
+import types
 
 import torch
 
@@ -64,14 +67,102 @@ def _package_source_hash() -> str:
     return compat.get_hash_for_files(files).hex()
 
 
+# What a select predicate's fingerprint can prove. Its answer may depend only on the site
+# and on what the fingerprint holds: its code, and the values of its defaults, its closure
+# and the globals it reads, where those are plain data (_plain_text). Builtins it may use:
+# pure functions of their arguments, no I/O and no per-process state (hash seeds, ids).
+_PURE_BUILTINS = frozenset({
+    "abs", "all", "any", "bool", "bytes", "complex", "dict", "divmod", "enumerate", "filter", "float", "frozenset",
+    "getattr", "hasattr", "int", "isinstance", "issubclass", "len", "list", "map", "max", "min", "pow", "range",
+    "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip",
+})  # fmt: skip
+_PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+_IMPURE_OPS = {"IMPORT_NAME", "IMPORT_FROM", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME", "DELETE_NAME"}
+
+
+def _plain_text(value, depth: int = 0) -> str | None:
+    """``value`` as text where it is plain data (None, bools, numbers, strings, bytes, and
+    tuples, lists, sets and dicts of them; exact types, nested at most 8 deep), so the text
+    is all a predicate can read from it; else None."""
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
+        return repr(value)
+    if depth >= 8 or kind not in (tuple, list, set, frozenset, dict):
+        return None
+    items = [x for pair in value.items() for x in pair] if kind is dict else list(value)
+    parts = [_plain_text(x, depth + 1) for x in items]
+    if None in parts:
+        return None
+    if kind in (set, frozenset):
+        parts.sort()  # a set's order follows string hashes, which differ from process to process
+    return f"{kind.__name__}({','.join(parts)})"
+
+
+def _code_reads(code) -> tuple[str, set[str]] | None:
+    """(the code as text, the global or builtin names it reads), with the functions and
+    comprehensions defined inside it; None where it imports or writes a global."""
+    names, text = set(), [code.co_code.hex(), repr(code.co_names)]
+    for ins in dis.get_instructions(code):
+        if ins.opname in _IMPURE_OPS:
+            return None
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") or "GLOBALS" in ins.opname:  # 3.12: ..._OR_GLOBALS
+            names.add(ins.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            inner = _code_reads(const)
+            if inner is None:
+                return None
+            text.append(inner[0])
+            names |= inner[1]
+        else:
+            text.append(_plain_text(const) or repr(type(const)))
+    return "|".join(text), names
+
+
 def _callable_fingerprint(fn) -> str | None:
-    """Source, closure and defaults of a predicate, or None when they cannot be read."""
+    """What a ``select`` predicate's answers depend on, as text, or None where that cannot be
+    proven, which turns Inductor's cache off for the compile (so a changed value it reads
+    can never bring back a graph routed by the old one).
+
+    Proven: a plain Python function whose source can be read, whose defaults and closure
+    cells hold plain data (``_plain_text``), and whose code (with the functions and
+    comprehensions inside it) reads only globals holding plain data and the pure builtins
+    (``_PURE_BUILTINS``), and neither imports nor writes a global. Their values are part of
+    the text, so changing one changes the key. Not proven, so None: a global or closure
+    value that is a module (``os.environ``), a function (a helper), a class or any other
+    object; an empty closure cell; a callable object or ``functools.partial``.
+    """
+    if not isinstance(fn, types.FunctionType):
+        return None
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError):
         return None
-    closure = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
-    return f"{getattr(fn, '__qualname__', fn)}|{source}|{closure!r}|{getattr(fn, '__defaults__', None)!r}"
+    reads = _code_reads(fn.__code__)
+    if reads is None:
+        return None
+    code, names = reads
+    read = []
+    for name in sorted(names):
+        pure = name in _PURE_BUILTINS
+        if name in fn.__globals__:
+            value = fn.__globals__[name]
+            text = "builtin" if pure and value is getattr(builtins, name, None) else _plain_text(value)
+        else:
+            text = "builtin" if pure else None
+        if text is None:
+            return None
+        read.append(f"{name}={text}")
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            cells.append(_plain_text(cell.cell_contents))
+        except ValueError:  # an empty cell: a name the function's scope assigns after defining it
+            return None
+    defaults = (_plain_text(fn.__defaults__), _plain_text(fn.__kwdefaults__))
+    if None in cells or None in defaults:
+        return None
+    return f"{fn.__module__}.{fn.__qualname__}|{source}|{code}|{read}|{cells}|{defaults}"
 
 
 class RoutePass(compat.CustomGraphPass):

@@ -10,14 +10,18 @@ The output is always a new contiguous tensor in the inputs' dtype. ``beta == 0``
 the bias entirely (NaN in it does not propagate), like torch.
 
 Where the Triton kernel runs: fp16, bf16 and fp32 tensors on CUDA, or on the CPU when
-Triton's interpreter is on (TRITON_INTERPRET=1 before import). fp32 uses TF32 exactly when
-``torch.backends.cuda.matmul.allow_tf32`` is set. Anything else that torch itself accepts
+Triton's interpreter is on (TRITON_INTERPRET=1 before import). fp32 uses TF32 exactly where
+torch lets cuBLAS use it (set by either API: ``torch.backends.cuda.matmul.fp32_precision`` or
+the legacy ``allow_tf32``; ``runtime.tf32_enabled``). Anything else that torch itself accepts
 (float64, integer dtypes, sparse or nested tensors, CPU tensors without the interpreter,
 matrices whose element offsets pass 2**31) runs the matching aten op instead, with a ``KernelFallbackWarning``
 that says why. Input torch would reject raises a ``RuntimeError`` naming the shapes,
 dtypes or devices, before anything runs. The checks and launches are in ``runtime/``.
 
-Order in this file: ops -> fake -> autograd.
+Inside ``torch.autocast`` they cast as ``torch.mm`` does (autocast's lower-precision list, on
+CUDA and the CPU): to the autocast dtype, then run with autocast off.
+
+Order in this file: ops -> fake -> autograd -> autocast.
 """
 
 from __future__ import annotations
@@ -230,3 +234,36 @@ def _addmm_autograd(bias, a, b, *, beta=1, alpha=1):
 _LIB.impl("mm", _matmul_autograd(_MM), "Autograd")
 _LIB.impl("addmm", _addmm_autograd, "Autograd")
 _LIB.impl("bmm", _matmul_autograd(_BMM), "Autograd")
+
+
+# --------------------------------------------------------------------------- autocast
+# What torch's matmuls do under torch.autocast (they are on its lower-precision list, on CUDA
+# and the CPU): each floating-point tensor on the autocast device, float64 excepted, cast to
+# the autocast dtype (torch.get_autocast_dtype, what torch.autocast(dtype=...) set), then the
+# op below the Autocast key. The guard is the one torch.library.register_autocast uses; that
+# function itself casts to a dtype fixed at registration and takes no keyword arguments
+# (addmm's beta and alpha), so it cannot express torch.mm's rule.
+
+AUTOCAST_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU"}
+
+
+def autocast_kernel(op, device_type: str):
+    """``op``'s kernel for the Autocast key of ``device_type``."""
+    below_autocast = torch_c.below_key(AUTOCAST_KEYS[device_type])
+
+    def cast(t):
+        eligible = (isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+                    and t.device.type == device_type)  # fmt: skip
+        return t.to(torch.get_autocast_dtype(device_type)) if eligible else t
+
+    def kernel(*args, **kwargs):
+        args = [cast(a) for a in args]
+        with below_autocast():
+            return op(*args, **kwargs)
+
+    return kernel
+
+
+for _name, _op in (("mm", _MM), ("addmm", _ADDMM), ("bmm", _BMM)):
+    for _device, _key in AUTOCAST_KEYS.items():
+        _LIB.impl(_name, autocast_kernel(_op, _device), _key)

@@ -11,9 +11,12 @@ written. Stock Inductor writes both matmul results and reads them back in a thir
 Here, eagerly and wherever the template does not apply, it is the plugin's two matmul
 kernels followed by the product in fp32, rounded once to the inputs' dtype. The template
 skips the rounding of the two matmul results, so the two agree to within that rounding
-(``tests/test_swiglu.py`` bounds both against float64).
+(``tests/test_swiglu.py`` bounds both against float64). Where the kernel cannot run (float64,
+complex, integer dtypes, sparse operands, ...) it is torch's own ``silu(x @ w_gate) * (x @ w_up)``
+at the inputs' precision, with one ``KernelFallbackWarning`` naming this op: float64 stays
+float64, complex keeps its imaginary part, integers raise ``F.silu``'s error.
 
-Same order as ``matmul.py``: checks, launcher, op, fake, autograd.
+Same order as ``matmul.py``: checks, launcher, op, fake, autograd, autocast.
 """
 
 from __future__ import annotations
@@ -22,9 +25,17 @@ import torch
 import torch.nn.functional as F
 
 from .. import torch_c
-from ..runtime.checks import check_same, check_tensor_args, fmt_shape
+from ..runtime.checks import (
+    SUPPORTED_DTYPES,
+    check_same,
+    check_tensor_args,
+    fmt_shape,
+    kernel_unsupported_reason,
+    layout_unsupported_reason,
+    warn_fallback,
+)
 from ..runtime.launch import mm_launch
-from .matmul import PT2, SPARSE_KEYS, mm, needs_grad
+from .matmul import AUTOCAST_KEYS, PT2, SPARSE_KEYS, autocast_kernel, mm, needs_grad
 
 OP = "inductor_mm_plugin.mm_swiglu"
 
@@ -53,21 +64,46 @@ def check_mm_swiglu_args(op: str, x: torch.Tensor, w_gate: torch.Tensor, w_up: t
     check_same(op, [("x", x), ("w_gate", w_gate), ("w_up", w_up)])
 
 
+def unsupported_reason(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> str | None:
+    """Why the kernel cannot take these (valid) operands, or None."""
+    return layout_unsupported_reason(x, w_gate, w_up) or kernel_unsupported_reason(x, w_gate, w_up)
+
+
 # --------------------------------------------------------------------------- launcher
 
 
 def mm_swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
                      out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-    """The two matmuls on the plugin's kernel (each falls back to aten with a warning where
-    the kernel cannot run), then the product in fp32, rounded once."""
+    """The two matmuls on the plugin's kernel, then the product in fp32, rounded once; where
+    the kernel cannot run, torch's composition (``aten_mm_swiglu``)."""
     check_tensor_args(OP, ("x", "w_gate", "w_up"), x, w_gate, w_up)
     check_mm_swiglu_args(OP, x, w_gate, w_up)
+    reason = unsupported_reason(x, w_gate, w_up)
+    if reason is not None:
+        result = aten_mm_swiglu(x, w_gate, w_up, reason)
+        return result if out is None else out.copy_(result)
     gate = mm_launch(x, w_gate)
     up = mm_launch(x, w_up)
     product = F.silu(gate.float()) * up.float()
     if out is None:
         return product.to(x.dtype)
     return out.copy_(product)
+
+
+def aten_mm_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, reason: str) -> torch.Tensor:
+    """``silu(x @ w_gate) * (x @ w_up)`` in torch's own ops, with one KernelFallbackWarning
+    (given ``reason``) once it has run: torch's error, where torch raises, comes alone. The
+    kernel's dtypes keep the kernel path's fp32 product, rounded once; others compute in
+    their own dtype (float64, complex) or raise as ``F.silu`` does (integers). Above
+    autograd, torch's ops record their own gradients."""
+    gate, up = torch.mm(x, w_gate), torch.mm(x, w_up)
+    gate, up = (t.to_dense() if t.layout != torch.strided else t for t in (gate, up))  # sparse @ sparse is sparse
+    if x.dtype in SUPPORTED_DTYPES:
+        result = (F.silu(gate.float()) * up.float()).to(x.dtype)
+    else:
+        result = F.silu(gate) * up
+    warn_fallback(OP, reason, 3)
+    return result.contiguous()
 
 
 # -------------------------------------------------------------------------------- op
@@ -79,11 +115,12 @@ _MM_SWIGLU = torch.ops.inductor_mm_plugin.mm_swiglu.default
 
 
 def _mm_swiglu_sparse(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    """Sparse operands: the two matmuls through the op ``mm``, whose sparse kernel runs aten's
-    (with the fallback warning, or raising torch's error), then the same product."""
+    """Sparse operands, which the kernel cannot read: torch's composition (its result with
+    the fallback warning, or its error)."""
     check_tensor_args(OP, ("x", "w_gate", "w_up"), x, w_gate, w_up)
     check_mm_swiglu_args(OP, x, w_gate, w_up)
-    return (F.silu(mm(x, w_gate).float()) * mm(x, w_up).float()).to(x.dtype)
+    with torch_c.below_autograd_and_views():  # as ops/matmul.py's sparse kernels (see there)
+        return aten_mm_swiglu(x, w_gate, w_up, layout_unsupported_reason(x, w_gate, w_up))
 
 
 for _key in SPARSE_KEYS:
@@ -132,9 +169,15 @@ class _MmSwigluFunction(torch.autograd.Function):
 
 def _mm_swiglu_autograd(x, w_gate, w_up):
     if needs_grad(x, w_gate, w_up):
+        check_mm_swiglu_args(OP, x, w_gate, w_up)
+        reason = unsupported_reason(x, w_gate, w_up)
+        if reason is not None:  # torch's ops record the gradients: exact in float64, right for complex
+            return aten_mm_swiglu(x, w_gate, w_up, reason)
         return _MmSwigluFunction.apply(x, w_gate, w_up)
     with torch_c.below_autograd():
         return _MM_SWIGLU(x, w_gate, w_up)
 
 
 _LIB.impl("mm_swiglu", _mm_swiglu_autograd, "Autograd")
+for _device, _key in AUTOCAST_KEYS.items():  # cast as torch.mm does (matmul.py)
+    _LIB.impl("mm_swiglu", autocast_kernel(_MM_SWIGLU, _device), _key)

@@ -26,10 +26,10 @@ from .launch import (
     set_autotune,
     warmup,
 )
-from .layout import input_precision, pointer_kernel_reason
+from .layout import input_precision, pointer_kernel_reason, tf32_enabled
 
 __all__ = [
     "SUPPORTED_DTYPES", "KernelFallbackWarning", "addmm_launch", "bmm_launch", "candidates_for", "chosen_config",
     "clear_plans", "input_precision", "kernel_unsupported_reason", "launch", "mm_launch", "pointer_kernel_reason",
-    "set_autotune", "warmup",
+    "set_autotune", "tf32_enabled", "warmup",
 ]  # fmt: skip

@@ -38,7 +38,7 @@ from .checks import (
     warn_fallback,
 )
 from .device import device_guard
-from .layout import bias_mode, input_precision, problem, tf32_a_from_registers, tma_layout
+from .layout import bias_mode, input_precision, problem, tf32_a_from_registers, tf32_enabled, tma_layout
 from .plan import Flags, Plan
 
 _AUTOTUNE = os.environ.get("INDUCTOR_MM_PLUGIN_AUTOTUNE", "0") not in ("", "0")
@@ -114,7 +114,8 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
     autotune = _AUTOTUNE if autotune is None else autotune
     key = (
         a.dtype, a.device, a.shape, b.shape, a.stride(), b.stride(), out.stride(),
-        bias.stride() if has_bias else None, alpha != 1, torch.backends.cuda.matmul.allow_tf32, autotune, config,
+        bias.stride() if has_bias else None, alpha != 1, a.dtype == torch.float32 and tf32_enabled(), autotune,
+        config,
         # Triton specializes pointer arguments on 16-byte alignment.
         a.data_ptr() % 16, b.data_ptr() % 16, out.data_ptr() % 16, bias.data_ptr() % 16 if has_bias else 0,
     )  # fmt: skip
@@ -218,7 +219,7 @@ def addmm_launch(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta=1, a
 
 def _signature(a, b, out, extra) -> tuple:
     """What decides a call's checks and plan, bar the data (pointer alignment included)."""
-    tf32 = a.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    tf32 = a.dtype == torch.float32 and tf32_enabled()
     out_sig = None if out is None else (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() % 16)
     return (
         a.dtype, b.dtype, a.device, b.device, a.shape, b.shape, a.stride(), b.stride(),

@@ -31,10 +31,23 @@ class TmaLayout(NamedTuple):
     ldc: int
 
 
+def tf32_enabled() -> bool:
+    """Whether torch lets fp32 matmuls round their operands to TF32, as it decides for cuBLAS.
+
+    The one reader of the flag. torch has two APIs for it: the legacy one
+    (``torch.backends.cuda.matmul.allow_tf32``, ``torch.set_float32_matmul_precision``) and
+    the new one (``torch.backends.cuda.matmul.fp32_precision``, whose "none" inherits from
+    ``torch.backends.fp32_precision``). The legacy setters write the new value too, so the
+    new getter, resolved, follows both; Inductor reads the same. The legacy getter raises
+    ("mix of the legacy and new APIs") once the new API has set it.
+    """
+    return torch.backends.cuda.matmul.fp32_precision == "tf32"
+
+
 def input_precision(dtype: torch.dtype) -> str:
     """The dot's precision: TF32 for fp32 exactly when torch allows it (the eager kernels and
     the Inductor templates alike); the interpreter has only IEEE."""
-    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 and not interpreting():
+    if dtype == torch.float32 and tf32_enabled() and not interpreting():
         return "tf32"
     return "ieee"
 

@@ -13,8 +13,10 @@ sees a torn file. The read-merge-replace runs under an exclusive lock across pro
 (``_exclusive``), so writers at the same moment keep every entry: without it, two writers
 of 200 buckets each kept 298 of 400 (each replaced the file with its own merge, made before
 the other's). One file under a lock rather than a file per entry: one read serves every
-lookup, and the format stays one JSON file a person can read. A file that does not parse,
-or whose header does not match, is treated as empty (and replaced on the next write).
+lookup, and the format stays one JSON file a person can read. A file that does not parse
+(deep nesting included), or whose header does not match in value and type, is treated as
+empty (and replaced on the next write); an entry that fails its validation (``valid``: every
+field with its type) is ignored, and measured again.
 
 A folder that cannot be written (read-only, full, or not a folder) costs the next process a
 re-tune, never this one: every entry this process tuned or read stays in memory.
@@ -94,9 +96,11 @@ class DiskCache:
     def _read_file(self) -> dict[str, dict]:
         try:
             data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}  # missing, unreadable or corrupt: start empty
-        if not isinstance(data, dict) or data.get("header") != self.header:
+        except (OSError, ValueError, RecursionError):
+            return {}  # missing, unreadable or corrupt (RecursionError: nested too deep): start empty
+        header = data.get("header") if isinstance(data, dict) else None
+        # Then as JSON text too: in Python, a header's true equals our 1.
+        if header != self.header or _canonical(header) != _canonical(self.header):
             return {}
         entries = data.get("entries")
         if not isinstance(entries, dict):
@@ -136,18 +140,31 @@ class DiskCache:
             pass  # a read-only or full disk costs the next process a re-run (this one keeps its entries)
 
 
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _time_ms(value) -> bool:
+    """A time as the tuner stores it: a finite, non-negative number (a bool is no number)."""
+    return type(value) in (int, float) and math.isfinite(value) and value >= 0
+
+
 class TuningCache(DiskCache):
     """Best config per shape bucket for one (GPU, Triton version, kernel source) triple."""
 
     kind = "tuning"
 
     def valid(self, entry) -> bool:
+        """``{"config": MatmulConfig.to_json(), "ms": time, "timings_ms"?: {name: time or null}}``."""
+        if not isinstance(entry, dict) or not {"config", "ms"} <= set(entry) <= {"config", "ms", "timings_ms"}:
+            return False
         try:
             MatmulConfig.from_json(entry["config"])
-            float(entry["ms"])
-        except (KeyError, TypeError, ValueError):
+        except ValueError:
             return False
-        return True
+        timings = entry.get("timings_ms", {})
+        return _time_ms(entry["ms"]) and isinstance(timings, dict) and all(
+            t is None or _time_ms(t) for t in timings.values())  # fmt: skip
 
     def get(self, key: str) -> MatmulConfig | None:
         entry = self.get_entry(key)
