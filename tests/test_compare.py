@@ -208,7 +208,7 @@ NAN, INF = float("nan"), float("inf")
     ],
 )  # fmt: skip
 def test_verdict_compares_nan_inf_patterns_then_finite_values(stock, plugin, ok):
-    from inductor_mm_plugin.comparison import _judge
+    from inductor_mm_plugin.comparison.ab import _judge
 
     ref = torch.tensor([1.0, NAN, INF], dtype=torch.float64)
     judged = _judge(torch.tensor(stock), torch.tensor(plugin), ref, 1e-3)
@@ -327,7 +327,7 @@ def test_competing_sites_are_marked_in_the_tables():
 def test_json_names_what_a_site_competes_with():
     """The report's "compete" is the option's word ("all", "kernels"), as before the routing
     pass typed it (inductor/decision.py's Compete)."""
-    from inductor_mm_plugin.comparison import _site_result
+    from inductor_mm_plugin.comparison.ab import _site_result
     from inductor_mm_plugin.inductor.decision import Compete
     from inductor_mm_plugin.inductor.records import SiteRecord
     from inductor_mm_plugin.inductor.selection import Site
@@ -481,7 +481,7 @@ def _site(module, op="mm", shapes=((8, 16), (16, 4)), routed=True, timed=None):
 def test_site_times_and_the_why_come_from_the_profiles():
     """Routed sites take their per-call times from each arm's profile; when the routed kernels
     win but the step is slower, the report says where the step lost."""
-    from inductor_mm_plugin.comparison import _from_profiles, _profile_summary
+    from inductor_mm_plugin.comparison.ab import _from_profiles, _profile_summary
     from inductor_mm_plugin.comparison.profile import Kernels, Profile
 
     key = ("mm", (8, 16), (16, 4))
@@ -503,7 +503,7 @@ def test_site_times_and_the_why_come_from_the_profiles():
 
 def test_a_plan_routes_where_the_profile_won(tmp_path):
     """--write-plan routes a site only where its kernels beat stock's by the margin in the model."""
-    from inductor_mm_plugin.comparison import _write_plan
+    from inductor_mm_plugin.comparison.ab import _write_plan
     from inductor_mm_plugin.inductor import plan_file
     from inductor_mm_plugin.inductor.records import SiteRecord
     from inductor_mm_plugin.inductor.selection import Site
