@@ -165,11 +165,18 @@ def compiled_decisions(model, x, select):
     return decisions(records)
 
 
+# The marked classes these tests define inside functions, kept alive: one collected between the
+# two compiles of a later test would change the routing pass's cache key (the marked classes
+# are part of it) and turn that test's expected cache hit into a miss.
+_KEEP_MARKED_CLASSES = []
+
+
 def _frozen_mlp(model):
     @opt_out
     class FrozenMLP(MLP):  # defined in a function: found by its name among nn.Module's subclasses
         pass
 
+    _KEEP_MARKED_CLASSES.append(FrozenMLP)
     model.mlp = FrozenMLP(16, 32)
 
 
@@ -200,6 +207,7 @@ def test_export_reads_class_markers_by_name_inside_the_model():
     class Routed(nn.Linear):
         pass
 
+    _KEEP_MARKED_CLASSES.append(Routed)
     model = nn.Sequential(nn.Linear(16, 32, device=DEVICE), nn.ReLU(), Routed(32, 16, device=DEVICE))
     got = exported_decisions(model, torch.randn(8, 16, device=DEVICE), "auto", strict=False)
     assert got == [("0", "addmm", False, NOT_OPTED_IN, "Linear"), ("2", "addmm", True, "", "Routed")]
@@ -235,6 +243,7 @@ def test_export_class_named_like_a_differently_marked_one_is_not_routed():
         return Twin
 
     plain, marked = twin(), opt_out(twin())
+    _KEEP_MARKED_CLASSES.append(marked)
     model = nn.Sequential(plain(16, 16, device=DEVICE), marked(16, 16, device=DEVICE))
     got = by_site(exported_decisions(model, torch.randn(4, 16, device=DEVICE), "all", strict=True))
     routed, reason, module_type = got[("0", "addmm")]
