@@ -320,7 +320,7 @@ def site_check(records, plugin_profile, stock_profile) -> dict:
         key = site_key(r.site.op, r.site.shapes)
         ours = plugin_profile.time("plugin", key) if key else None
         theirs = stock_profile.time("aten", key) if key else None
-        if not (ours and theirs and ours.calls and theirs.calls):
+        if not (ours and theirs and ours.us > 0 and theirs.us > 0):
             unseen += 1
         elif ours.per_call_us <= theirs.per_call_us:
             right += 1

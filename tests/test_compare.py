@@ -522,3 +522,17 @@ def test_a_plan_routes_where_the_profile_won(tmp_path):
     plan = plan_file.load(path)
     assert plan.model == "Linear"
     assert [plan.route[plan_file.site_key(r.site)] for r in records] == [True, False, False]
+
+
+def test_kernel_time_skips_the_ranges_own_gpu_annotation():
+    """A profiler range's GPU-side annotation, linked to the range and named like it, spans its
+    kernels: counting it too would double the range's time."""
+    from types import SimpleNamespace as E
+
+    from inductor_mm_plugin.comparison.profile import kernel_us
+
+    name = "inductor_mm_plugin::mm 8x16 16x4"
+    child = E(name="aten::zero_", kernels=[E(name="memset", duration=1.0)], cpu_children=[])
+    rng = E(name=name, kernels=[E(name=name, duration=7.0), E(name="_matmul_kernel", duration=6.0)],
+            cpu_children=[child])  # fmt: skip
+    assert kernel_us(rng) == 7.0

@@ -437,7 +437,7 @@ def _from_profiles(sites: list[SiteResult], profiles: dict) -> None:
         if not s.routed or key is None:
             continue
         ours, theirs = plugin.time("plugin", key), stock.time("aten", key)
-        if ours and theirs and ours.calls and theirs.calls:
+        if ours and theirs and ours.us > 0 and theirs.us > 0:  # kernels seen in both arms
             s.plugin_ms, s.aten_ms, s.timed = ours.per_call_us / 1e3, theirs.per_call_us / 1e3, "profile"
 
 

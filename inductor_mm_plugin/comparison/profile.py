@@ -2,7 +2,7 @@
 time of every matmul's kernels attributed to the site that launched them.
 
 Attribution: every matmul a compiled graph runs is a profiler event with the kernels it
-launched (their GPU time is the event's ``device_time_total``): stock's
+launched (their GPU time, ``kernel_us``): stock's
 ``aten::mm/addmm/bmm`` (Inductor's extern kernels) with its input shapes
 (``record_shapes``), and the plugin's extern kernel, which launches from Python and so is
 wrapped, while profiling only, in a range named ``inductor_mm_plugin::<op> <a> <b>``
@@ -93,7 +93,15 @@ def _inside_a_matmul(event) -> bool:
     return False
 
 
-def attribute(events: Iterable, steps: int, time_of: Callable = lambda e: e.device_time_total) -> dict:
+def kernel_us(event) -> float:
+    """The GPU time of the kernels an op or range launched, its children's included. Not
+    ``device_time_total``: Kineto also links a range's GPU-side annotation (named like the
+    range, spanning its kernels) to the range, which would count the time twice."""
+    own = sum(k.duration for k in event.kernels if k.name != event.name)
+    return own + sum(kernel_us(child) for child in event.cpu_children)
+
+
+def attribute(events: Iterable, steps: int, time_of: Callable = kernel_us) -> dict:
     """(runner, key) -> Kernels per step, from profiler op events (``prof.events()``)."""
     out: dict = {}
     for e in events:
@@ -123,7 +131,8 @@ def profile_step(step: Callable, steps: int = 3) -> Profile | None:
             step()
         torch.cuda.synchronize()
     events = prof.events()
-    total = sum(e.device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA) / steps
+    total = sum(e.device_time_total for e in events
+                if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)) / steps  # fmt: skip
     if total <= 0:
         return None
     return Profile(attribute(events, steps), total)
