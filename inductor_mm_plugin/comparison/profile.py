@@ -96,7 +96,8 @@ def _inside_a_matmul(event) -> bool:
 def kernel_us(event) -> float:
     """The GPU time of the kernels an op or range launched, its children's included. Not
     ``device_time_total``: Kineto also links a range's GPU-side annotation (named like the
-    range, spanning its kernels) to the range, which would count the time twice."""
+    range, spanning its kernels) to the range, which would count the time twice (the same
+    double count as pytorch/pytorch#130730's in the profiler's own totals)."""
     own = sum(k.duration for k in event.kernels if k.name != event.name)
     return own + sum(kernel_us(child) for child in event.cpu_children)
 
