@@ -294,3 +294,67 @@ def test_from_json_refuses_what_is_not_a_measurement():
                 {**good, "aten_us": -1.0}, {k: v for k, v in good.items() if k != "plugin_host_us"}):  # fmt: skip
         with pytest.raises((KeyError, TypeError, ValueError)):
             Measurement.from_json(bad)
+
+
+def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fresh_state):
+    """The sites the shape table answers, those already measured and repeats of one signature
+    are not compiled ahead; the rest go to the threads together, on operands of their layout."""
+    monkeypatch.setattr(measure.compat.inductor_config, "compile_threads", 4)
+    monkeypatch.setattr(measure, "_on_cuda", lambda vals: True)  # CPU tensors stand in for CUDA ones
+    compiled = []
+    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_calls",
+                        lambda calls, workers: compiled.append((calls, workers)) or len(calls))  # fmt: skip
+    monkeypatch.setattr(measure, "_sure", lambda op, vals, alpha, beta, graphs: vals[-2].shape[0] == 7 or None)
+    seen = [x_of(64, 96), x_of(96, 128)]
+    seen_key = measure.signature("mm", seen, 1, 1, True)
+    monkeypatch.setattr(measure, "_cached", lambda key, vals, graphs: key == seen_key or None)
+    weight = x_of(32, 16)
+    sites = [("mm", [x_of(8, 16), weight.t()], 1, 1, True),  # compiled
+             ("mm", [x_of(8, 16), weight.t()], 1, 1, True),  # the same signature again
+             ("mm", [x_of(7, 16), x_of(16, 32)], 1, 1, True),  # the shape table is sure
+             ("mm", seen, 1, 1, True),  # measured before
+             ("addmm", [x_of(32), x_of(8, 16), weight.t()], 1, 1, True)]  # compiled, with its bias  # fmt: skip
+    assert measure.precompile(sites) == 2
+    (calls, workers), = compiled
+    assert workers == 2
+    (a, b, out, bias, _, _), (a2, b2, out2, bias2, _, _) = calls
+    assert bias is None and tuple(bias2.shape) == (32,)
+    for x, w, o in ((a, b, out), (a2, b2, out2)):
+        assert (x.shape, w.shape, w.stride(), o.shape) == ((8, 16), (16, 32), (1, 16), (8, 32))
+        assert x.abs().sum() > 0  # fresh random operands, as measure times
+    # One thread, nothing to overlap: the timed call compiles, as before.
+    monkeypatch.setattr(measure.compat.inductor_config, "compile_threads", 1)
+    assert measure.precompile(sites) == 0 and len(compiled) == 1
+
+
+def _compiled_kernels() -> int:
+    from inductor_mm_plugin.kernels.matmul import _matmul_kernel
+    from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma
+
+    return sum(len(c[0]) for k in (_matmul_kernel, _matmul_kernel_tma) for c in k.device_caches.values())
+
+
+@pytest.mark.gpu
+def test_precompiled_sites_are_timed_without_compiling_again(tmp_path, monkeypatch, fresh_state):
+    """The kernels compiled side by side are the ones the timing launches: timing the sites
+    afterwards compiles nothing new (same plan, same specialization, same Triton state)."""
+    monkeypatch.setenv("INDUCTOR_MM_PLUGIN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measure.compat.inductor_config, "compile_threads", 4)
+    monkeypatch.setattr(measure, "_sure", lambda *args: None)
+    inductor_mm_plugin.runtime.clear_plans()
+    dev, dt = "cuda", torch.bfloat16
+    w = torch.randn(389, 200, device=dev, dtype=dt)  # an nn.Linear weight, transposed below
+    sites = [("mm", [torch.randn(100, 200, device=dev, dtype=dt), w.t()], 1, 1, True),
+             ("mm", [torch.randn(256, 512, device=dev, dtype=dt), torch.randn(512, 768, device=dev, dtype=dt)], 1, 1, True),
+             ("mm", [torch.randn(33, 301, device=dev, dtype=dt), torch.randn(301, 96, device=dev, dtype=dt)], 1, 1, True),
+             ("addmm", [torch.randn(389, device=dev, dtype=dt), torch.randn(100, 200, device=dev, dtype=dt), w.t()],
+              1, 1, True),
+             ("bmm", [torch.randn(3, 64, 80, device=dev, dtype=dt), torch.randn(3, 80, 48, device=dev, dtype=dt)], 1, 1, True)]  # fmt: skip
+    before = _compiled_kernels()
+    assert measure.precompile(sites) == len(sites)
+    compiled = _compiled_kernels()
+    assert compiled > before
+    for op, vals, alpha, beta, graphs in sites:
+        routed, reason, measured = measure.decide(op, vals, alpha, beta, graphs)
+        assert measured is not None and measured.plugin_us > 0, reason
+    assert _compiled_kernels() == compiled

@@ -177,13 +177,53 @@ def decide(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> tupl
     key = signature(op, vals, alpha, beta, graphs)
     if key is None:
         return False, not_routed("symbolic"), None
-    sure = shape_table.lookup(op, vals, alpha, beta)
-    if sure is not None and (sure.verdict == "loses" or graphs):
+    sure = _sure(op, vals, alpha, beta, graphs)
+    if sure is not None:
         return sure.verdict == "wins", sure.describe(), None
     measured = cached_or_measure(key, op, vals, alpha, beta, graphs)
     if measured.faster:
         return True, "", measured
     return False, not_routed("slower", measured=measured.describe(), margin=MARGIN), measured
+
+
+def _sure(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool):
+    """The shape table's answer where it decides untimed: a sure loser always, a sure winner
+    under CUDA graphs (its measurement had no host cost in it)."""
+    sure = shape_table.lookup(op, vals, alpha, beta)
+    return sure if sure is not None and (sure.verdict == "loses" or graphs) else None
+
+
+def precompile(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]) -> int:
+    """Compile the plugin kernels of the CUDA sites that ``decide`` will time (``sites``: op,
+    vals, alpha, beta, graphs each) side by side in threads before any is timed, on operands
+    built as ``measure`` builds them (the same plans and specializations), so that timing them
+    one by one finds each compiled: a cold compile of the decode step spent 2.7 s compiling its
+    sites' kernels one after another. Returns how many were compiled."""
+    todo = {}
+    for op, vals, alpha, beta, graphs in sites:
+        if not _on_cuda(vals):
+            continue
+        key = signature(op, vals, alpha, beta, graphs)
+        if key is None or key in todo or _sure(op, vals, alpha, beta, graphs) or _cached(key, vals, graphs):
+            continue
+        todo[key] = (op, layouts(vals), vals[-1].dtype, vals[-1].device, alpha, beta)
+    workers = min(len(todo), int(compat.inductor_config.compile_threads or 1))
+    if workers < 2:
+        return 0  # nothing to overlap: the first timed call compiles
+    from ..runtime import compile_calls
+
+    with compat.unset_fake_temporarily(), torch.no_grad():
+        calls = []
+        for op, operands, dtype, device, alpha, beta in todo.values():
+            args = [benchmarking.operand(*layout, dtype, device) for layout in operands]
+            out = torch.empty((*operands[-2][0][:-1], operands[-1][0][-1]), dtype=dtype, device=device)
+            bias, (a, b) = (args[0], args[1:]) if op == "addmm" else (None, args)
+            calls.append((a, b, out, bias, beta, alpha))
+        return compile_calls(calls, workers)
+
+
+def _on_cuda(vals: list[torch.Tensor]) -> bool:
+    return vals[-1].device.type == "cuda"
 
 
 # ------------------------------------------------------------------------ cached decisions
@@ -220,20 +260,26 @@ def routing_cache(gpu: str) -> RoutingCache:
 
 def cached_or_measure(key: str, op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> Measurement:
     """The site's measurement from this process or the disk cache, else measured now and stored."""
-    hit = _MEMORY.get(key)
+    hit = _cached(key, vals, graphs)
     if hit is None:
-        store = routing_cache(torch.cuda.get_device_name(vals[-1].device))
-        entry = store.get_entry(key)
-        try:
-            hit = Measurement.from_json(entry) if entry is not None else None
-        except ValueError:
-            hit = None  # a malformed entry is measured again
-        if hit is not None and hit.graphs != graphs:
-            hit = None  # and so is one timed the other way than the key says
-        if hit is None:
-            hit = measure(op, layouts(vals), vals[-1].dtype, vals[-1].device, alpha, beta, graphs)
-            store.put_entry(key, hit.to_json())
-        _MEMORY[key] = hit
+        hit = measure(op, layouts(vals), vals[-1].dtype, vals[-1].device, alpha, beta, graphs)
+        routing_cache(torch.cuda.get_device_name(vals[-1].device)).put_entry(key, hit.to_json())
+    _MEMORY[key] = hit
+    return hit
+
+
+def _cached(key: str, vals: list[torch.Tensor], graphs: bool) -> Measurement | None:
+    """The site's measurement from this process or the disk cache; None to measure it."""
+    hit = _MEMORY.get(key)
+    if hit is not None:
+        return hit
+    entry = routing_cache(torch.cuda.get_device_name(vals[-1].device)).get_entry(key)
+    try:
+        hit = Measurement.from_json(entry) if entry is not None else None
+    except ValueError:
+        return None  # a malformed entry is measured again
+    if hit is not None and hit.graphs != graphs:
+        return None  # and so is one timed the other way than the key says
     return hit
 
 

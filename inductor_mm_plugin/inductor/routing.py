@@ -233,6 +233,9 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     for pair in swiglu_pairs(routed_mms, fuse):
         fused.update(dict.fromkeys(pair[:2], pair))
     site_of = dict(zip(nodes, sites))
+    if options.compete == "auto" and options.plan is None:
+        timed = [n for n, (routed, _) in zip(nodes, decisions) if routed and n not in fused and _on_cuda(n)]
+        measure.precompile([_measured_site(n) for n in timed])
     done = set()
     records = []
     for node, site, (routed, reason) in zip(nodes, sites, decisions):
@@ -249,7 +252,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
             if options.plan is not None:
                 routed, reason = options.plan.decide(site)
             elif options.compete == "auto" and _on_cuda(node):
-                routed, reason, measured = _measured_decision(node, site)
+                routed, reason, measured = measure.decide(*_measured_site(node))
             if routed:
                 # Under compete="auto" the routed site runs the measured form: the extern kernel,
                 # its epilogue in Inductor's pointwise kernel as stock.
@@ -271,12 +274,13 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     return records
 
 
-def _measured_decision(node: torch.fx.Node, site: Site) -> tuple[bool, str, Measurement | None]:
-    """(routed, reason, measurement) of a CUDA site under ``compete="auto"``: routed where the
-    plugin's kernel is faster than aten's on the site's operands in GPU time (measure.py)."""
+def _measured_site(node: torch.fx.Node) -> tuple:
+    """What ``measure`` times a CUDA site by under ``compete="auto"`` (routed where the
+    plugin's kernel is faster than aten's on the site's operands in GPU time): op, operand
+    values, alpha, beta and whether the compile runs under CUDA graphs."""
     vals = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
     alpha, beta = node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1)
-    return measure.decide(site.op, vals, alpha, beta, graphs=bool(compat.inductor_config.triton.cudagraphs))
+    return MATMULS[node.target], vals, alpha, beta, bool(compat.inductor_config.triton.cudagraphs)
 
 
 def _on_cuda(node: torch.fx.Node) -> bool:

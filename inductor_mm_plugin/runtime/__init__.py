@@ -11,7 +11,7 @@
 
 The ops (``ops/``) call ``mm_launch``/``addmm_launch``/``bmm_launch``; benchmarks and tests
 use ``launch`` (a forced ``config``, ``compile_only``), ``candidates_for``, ``chosen_config``
-and ``clear_plans``.
+and ``clear_plans``; the routing pass compiles the sites it will time with ``compile_calls``.
 """
 
 from .checks import SUPPORTED_DTYPES, KernelFallbackWarning, kernel_unsupported_reason
@@ -21,6 +21,8 @@ from .launch import (
     candidates_for,
     chosen_config,
     clear_plans,
+    compile_call,
+    compile_calls,
     launch,
     mm_launch,
     set_autotune,
@@ -30,6 +32,6 @@ from .layout import input_precision, pointer_kernel_reason, tf32_enabled
 
 __all__ = [
     "SUPPORTED_DTYPES", "KernelFallbackWarning", "addmm_launch", "bmm_launch", "candidates_for", "chosen_config",
-    "clear_plans", "input_precision", "kernel_unsupported_reason", "launch", "mm_launch", "pointer_kernel_reason",
-    "set_autotune", "tf32_enabled", "warmup",
+    "clear_plans", "compile_call", "compile_calls", "input_precision", "kernel_unsupported_reason", "launch",
+    "mm_launch", "pointer_kernel_reason", "set_autotune", "tf32_enabled", "warmup",
 ]  # fmt: skip

@@ -17,7 +17,9 @@ at 768^3 on the H200's host, against 11-16 us for torch.mm (docs/performance.md)
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import logging
 import os
 import threading
 
@@ -39,8 +41,9 @@ from .checks import (
 )
 from .device import device_guard
 from .layout import bias_mode, input_precision, problem, tf32_a_from_registers, tf32_enabled, tma_layout
-from .plan import Flags, Plan
+from .plan import Flags, Plan, ready_for_threads
 
+log = logging.getLogger(__name__)
 _AUTOTUNE = os.environ.get("INDUCTOR_MM_PLUGIN_AUTOTUNE", "0") not in ("", "0")
 
 
@@ -261,6 +264,42 @@ def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
                 _FAST_PLANS.clear()
             _FAST_PLANS[key] = plan
     return res
+
+
+def compile_call(a, b, out, bias=None, beta=1, alpha=1) -> bool:
+    """Compile the kernel that ``mm``/``bmm`` (``bias`` None) or ``addmm`` on these operands
+    would launch, without launching: the plan the call will find, its kernel in Triton's
+    cache. False where the call would not run the kernel (aten's fallback, nothing to compute)."""
+    reason = kernel_unsupported_reason(a, b) if bias is None else kernel_unsupported_reason(a, b, bias)
+    if reason is not None or out.numel() == 0:
+        return False
+    launch(a, b, out, None if bias is None else bias.expand(out.shape), beta, alpha, compile_only=True)
+    return True
+
+
+def compile_calls(calls: list[tuple], workers: int) -> int:
+    """``compile_call(*call)`` for every call, ``workers`` threads side by side: Triton spends
+    most of a compile outside the GIL (MLIR passes, ptxas), as Inductor's max-autotune
+    precompilation relies on (select_algorithm.py, a ThreadPoolExecutor). A call that fails
+    is left to its first real call, which compiles again and raises there. Returns how many
+    compiled."""
+    for device in {call[0].device for call in calls}:
+        ready_for_threads(device)
+
+    def one(call) -> bool:
+        try:
+            with torch.no_grad():
+                return compile_call(*call)
+        except Exception:  # noqa: BLE001 (see the docstring)
+            log.debug("compiling %s ahead failed; its first call will compile it", _describe(call), exc_info=True)
+            return False
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="inductor_mm_plugin") as pool:
+        return sum(pool.map(one, calls))
+
+
+def _describe(call) -> str:
+    return " ".join(f"{tuple(t.shape)}:{t.stride()}" for t in call[:4] if isinstance(t, torch.Tensor))
 
 
 def _launch_direct(plan, a, b, out, bias, alpha, beta) -> bool:

@@ -20,7 +20,7 @@ from ..interpreter import interpreting
 from ..kernels.matmul import _matmul_kernel
 from ..kernels.matmul_tma import _matmul_kernel_tma
 from . import direct, split_k
-from .device import raw_stream
+from .device import device_guard, raw_stream
 from .layout import TmaLayout, pointer_kernel_divisor
 
 
@@ -232,3 +232,16 @@ class Plan:
             desc = direct.rebased(self.descs[slot], t)
             args = self.encoded[key] = tuple(direct.tensormap_args(desc, self.raw[1][slot]))
         return args
+
+
+def ready_for_threads(device: torch.device) -> None:
+    """Make Triton's per-device state of both kernels now, in this thread, before threads
+    compile them side by side: Triton makes it on first use (``JITFunction.device_caches``, a
+    defaultdict; triton 3.6 runtime/jit.py), and two threads making it at once would each keep
+    a compiled kernel where the other's state never finds it."""
+    with device_guard(device):
+        index = torch.cuda.current_device()
+        for kernel in (_matmul_kernel, _matmul_kernel_tma):
+            caches = getattr(kernel, "device_caches", None)
+            if caches is not None:
+                caches[index]
