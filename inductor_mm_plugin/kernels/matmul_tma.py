@@ -39,8 +39,9 @@ Structure:
   (``PREFETCH``, ``_prefetch_descriptors``);
 * split-K (``SPLIT_K > 1``): each work item computes one K slice; every slice stores its
   fp32 partial tile in a workspace and bumps the tile's counter; the last slice to arrive
-  adds the others' partials, runs the epilogue and resets the counter to zero, so that the
-  runtime can hand the next launch the same counters without a memset (runtime/split_k.py);
+  sums all the partials in slice order (so the result's bits do not depend on which slice
+  came last), runs the epilogue and resets the counter to zero, so that the runtime can
+  hand the next launch the same counters without a memset (runtime/split_k.py);
 * epilogue on the fp32 accumulator: alpha, beta * bias (any broadcast, through strides),
   then a TMA store, split into two BLOCK_N / 2 halves with ``EPILOGUE_SUBTILE`` to halve
   the store buffer; outputs that do not qualify for TMA (``C_TMA`` off) use masked stores.
@@ -247,10 +248,12 @@ def _matmul_kernel_tma(
             is_last = arrived == SPLIT_K - 1
             if is_last:
                 tl.debug_barrier()
-                for s in tl.static_range(SPLIT_K):
-                    if s != split:
-                        # .cg: read from L2, never a stale L1 line.
-                        acc += tl.load(slot0 + s * (BLOCK_M * BLOCK_N) + offs_tile, cache_modifier=".cg")
+                # The partials summed in slice order, its own read back too, whichever slice
+                # arrived last: the same bits every run (torch.use_deterministic_algorithms).
+                # .cg: read from L2, never a stale L1 line.
+                acc = tl.load(slot0 + offs_tile, cache_modifier=".cg")
+                for s in tl.static_range(1, SPLIT_K):
+                    acc += tl.load(slot0 + s * (BLOCK_M * BLOCK_N) + offs_tile, cache_modifier=".cg")
                 tl.atomic_xchg(lock_ptr + tile_c, 0)  # ready for the next launch
 
         if is_last:
