@@ -170,9 +170,15 @@ class Plan:
             self.compiled = compiled
 
     def compile(self, a, b, out, bias) -> None:
-        """Compile without launching (fills Triton's disk cache)."""
+        """Compile without launching, and load the kernel: its binary into the CUDA context and
+        its launcher built, which Triton otherwise does on the first launch (``_init_handles``,
+        triton 3.6 compiler/compiler.py; building a TMA kernel's launcher takes about 0.1 s)."""
         args = self.args(a, b, out, bias, 1.0, 1.0)
-        self.kernel.warmup(*args, grid=self.grid, num_warps=self.cfg.num_warps, num_stages=self.cfg.num_stages)
+        compiled = self.kernel.warmup(*args, grid=self.grid, num_warps=self.cfg.num_warps,
+                                      num_stages=self.cfg.num_stages)  # fmt: skip
+        load = getattr(compiled, "_init_handles", None)
+        if load is not None and not interpreting():
+            load()
 
     def launch_direct(self, a, b, out, bias, alpha, beta) -> bool:
         """Launch through the compiled kernel's launcher, pointers as integers.
