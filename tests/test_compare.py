@@ -536,3 +536,33 @@ def test_kernel_time_skips_the_ranges_own_gpu_annotation():
     rng = E(name=name, kernels=[E(name=name, duration=7.0), E(name="_matmul_kernel", duration=6.0)],
             cpu_children=[child])  # fmt: skip
     assert kernel_us(rng) == 7.0
+
+
+def test_plugin_kernels_are_found_inside_their_ranges_gpu_annotation():
+    """As the H200's trace has it (torch 2.11): the plugin's Triton kernel, launched through
+    cuLaunchKernelEx, is linked to no CPU event; Kineto records the range a second time on
+    the GPU's side (a user annotation spanning its kernels). The kernel time comes from the
+    kernels inside that annotation, the call count from the CPU range; stock's aten::mm keeps
+    its linked kernels."""
+    from types import SimpleNamespace as NS
+
+    from inductor_mm_plugin.comparison.profile import attribute
+
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    span = lambda start, end: NS(start=start, end=end)  # noqa: E731
+    name = "inductor_mm_plugin::mm 16x4096 4096x4096"
+    events = []
+    for step in range(2):
+        t = 100.0 * step
+        events += [
+            NS(name=name, device_type=cpu, cpu_parent=None, kernels=[], cpu_children=[], time_range=span(t, t + 5)),
+            NS(name="_matmul_kernel_tma", device_type=cuda, time_range=span(t + 10, t + 18.5)),
+            NS(name=name, device_type=cuda, is_user_annotation=True, time_range=span(t + 9, t + 19)),
+            NS(name="triton_poi_fused_gelu_0", device_type=cuda, time_range=span(t + 20, t + 23)),  # outside
+            NS(name="aten::mm", device_type=cpu, cpu_parent=None, cpu_children=[], input_shapes=[[16, 4096], [4096, 4096]],
+               kernels=[NS(name="nvjet_sm90", duration=9.0)], time_range=span(t + 30, t + 31)),
+        ]  # fmt: skip
+    found = attribute(events, steps=2)
+    key = ("mm", (16, 4096), (4096, 4096))
+    assert found["plugin", key].calls == 1 and found["plugin", key].per_call_us == pytest.approx(8.5)
+    assert found["aten", key].calls == 1 and found["aten", key].per_call_us == pytest.approx(9.0)

@@ -6,8 +6,8 @@ launched (their GPU time, ``kernel_us``): stock's
 ``aten::mm/addmm/bmm`` (Inductor's extern kernels) with its input shapes
 (``record_shapes``), and the plugin's extern kernel, which launches from Python and so is
 wrapped, while profiling only, in a range named ``inductor_mm_plugin::<op> <a> <b>``
-(``inductor/lowering.py: profiled_calls``); the plugin's op called eagerly is a dispatcher
-event of its own. A site is matched by its operand shapes, ``(a, b)`` of ``a @ b``, so
+(``inductor/lowering.py: profiled_calls``), its kernels found inside the range's GPU-side
+annotation (``attribute``); the plugin's op called eagerly is a dispatcher event of its own. A site is matched by its operand shapes, ``(a, b)`` of ``a @ b``, so
 that stock's addmm split into an mm and a fused bias (Inductor's ``unfuse_bias_add``) still
 meets its site; an event inside another matmul op (the plugin's aten fallback) counts for
 the outer one. Sites of the same shapes share their events' mean. What is not an op event
@@ -103,19 +103,42 @@ def kernel_us(event) -> float:
 
 
 def attribute(events: Iterable, steps: int, time_of: Callable = kernel_us) -> dict:
-    """(runner, key) -> Kernels per step, from profiler op events (``prof.events()``)."""
+    """(runner, key) -> Kernels per step, from profiler op events (``prof.events()``).
+
+    The plugin's Triton kernels launch through the driver (``cuLaunchKernelEx``), which
+    Kineto links to no CPU event: a plugin range's kernels are found on the GPU's side
+    instead, inside the annotation Kineto records for the range there (named like it). Its
+    CPU range gives the call count, and its time where the trace has no GPU side."""
+    events = list(events)
+    gpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [e for e in gpu if not getattr(e, "is_user_annotation", False)]
+    on_gpu: dict = {}  # plugin key -> its ranges' kernel time on the GPU, all steps
+    for e in gpu:
+        name = _matmul_name(e)
+        if name in _PLUGIN and getattr(e, "is_user_annotation", False) and (key := _event_key(e)) is not None:
+            on_gpu[key] = on_gpu.get(key, 0.0) + _kernels_within(kernels, e.time_range.start, e.time_range.end)
     out: dict = {}
     for e in events:
         name = _matmul_name(e)
-        if name is None or _inside_a_matmul(e):
+        if name is None or e.device_type == torch.autograd.DeviceType.CUDA or _inside_a_matmul(e):
             continue
         key = _event_key(e)
         if key is None:
             continue
-        k = out.setdefault(("plugin" if name in _PLUGIN else "aten", key), Kernels())
-        k.us += time_of(e) / steps
+        plugin = name in _PLUGIN
+        k = out.setdefault(("plugin" if plugin else "aten", key), Kernels())
+        k.us += 0.0 if plugin and key in on_gpu else time_of(e) / steps
         k.calls += 1 / steps
+    for key, us in on_gpu.items():
+        if ("plugin", key) in out:
+            out["plugin", key].us += us / steps
     return out
+
+
+def _kernels_within(kernels: list, start: float, end: float) -> float:
+    """The GPU time of the kernels that ran inside [start, end]."""
+    return sum(k.time_range.end - k.time_range.start for k in kernels
+               if start <= k.time_range.start and k.time_range.end <= end)  # fmt: skip
 
 
 def profile_step(step: Callable, steps: int = 3) -> Profile | None:
