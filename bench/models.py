@@ -24,8 +24,12 @@ compile takes minutes, so ask for them on one or two models).
 Method. Per model, ``torch._dynamo.reset()``; then each arm compiles with cold caches (a fresh
 Inductor and Triton cache dir, ``torch._inductor.utils.fresh_cache()``; the arms' compile
 order alternates between models, and a throwaway compile of a small MLP comes first, so
-neither arm pays the process's first-compile costs): ``compile_s`` is the wall time of the
-first call, which compiles (the training step: forward and backward). Dynamo is not reset
+neither arm pays the process's first-compile costs; the plugin's routing decisions and
+kernels forgotten too): ``compile_s`` is the wall time of the first call, which compiles (the
+training step: forward and backward). After the timing, each arm compiles cold again and
+then warm (fresh Inductor caches, the plugin's decisions cached) in ``--compile-rounds``
+rounds of alternating order (default 2), and ``compile_ratio``/``warm_compile_ratio`` are
+the medians of per-round ratios to the baseline arm (one compile's time moves 10-20%). Dynamo is not reset
 between a model's arms: the rounds call every arm again, and Dynamo keeps one cache entry per
 backend (a check fails the model if an arm compiled no frame of its own, or if anything
 recompiles while timed). Each arm's output of that first call is compared with an fp32 copy
@@ -39,8 +43,10 @@ for the stock arms. The routing pass's sites are recorded while the plugin arms 
 (``inductor.records.record_sites()``).
 
 Rows append to ``<out>/models.jsonl``, one per (model, arm): date, commit, gpu, torch, triton,
-model, workload, arm, ms, compile_s, rounds, err, speedup, ratio_spread, routed_sites, sites,
-cudagraphs, shape (batch/tokens/layers). Times are estimates (about 30 s of compiling per arm
+model, workload, arm, ms, compile_s, compile_s_rounds, warm_compile_s(_rounds), compile_ratio,
+warm_compile_ratio, rounds, err, speedup, ratio_spread, routed_sites, sites, cudagraphs, shape
+(batch/tokens/layers), routing (decide_s, first_calls_s, precompile_s), sites_right. Times
+are estimates (about 30 s of compiling per arm
 and model, a minute for the training step's two graphs); ``--budget-s`` (default 420) starts
 no model after that many seconds, so one device call (10 minutes) ends with its rows written.
 Prints a table with the targets beside (plugin >=
@@ -265,13 +271,22 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 @contextlib.contextmanager
 def routing_clock():
-    """Where a plugin arm's compile time goes: ``measure.decide`` in all (``decide_s``), and
-    within it the first call of each plugin kernel (``first_calls_s``: Triton's compile and the
-    launch plan), for ``routing``: decide_s, first_calls_s, sites, timed."""
+    """Where a plugin arm's compile time goes: compiling the kernels of the sites to be timed,
+    side by side (``precompile_s``, ``measure.precompile``), ``measure.decide`` in all
+    (``decide_s``), and within it the first call of each plugin kernel (``first_calls_s``:
+    what was not compiled ahead, and the launch plan), for ``routing``: decide_s,
+    first_calls_s, precompile_s, sites, timed."""
     from inductor_mm_plugin.inductor import measure
 
-    spent = {"decide_s": 0.0, "first_calls_s": 0.0, "sites": 0, "timed": 0}
-    decide, measure_fn, call = measure.decide, measure.measure, measure._call
+    spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0}
+    decide, measure_fn, call, precompile = measure.decide, measure.measure, measure._call, measure.precompile
+
+    def timed_precompile(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return precompile(*args, **kwargs)
+        finally:
+            spent["precompile_s"] += time.perf_counter() - t0
 
     def timed_decide(*args, **kwargs):
         t0 = time.perf_counter()
@@ -300,10 +315,11 @@ def routing_clock():
         return run
 
     measure.decide, measure.measure, measure._call = timed_decide, counted_measure, first_call_timed
+    measure.precompile = timed_precompile
     try:
         yield spent
     finally:
-        measure.decide, measure.measure, measure._call = decide, measure_fn, call
+        measure.decide, measure.measure, measure._call, measure.precompile = decide, measure_fn, call, precompile
 
 
 def site_check(records, plugin_profile, stock_profile) -> dict:
@@ -332,12 +348,37 @@ def site_check(records, plugin_profile, stock_profile) -> dict:
     return dict(sites_right=right / seen if seen else None, sites_wrong=wrong, sites_unseen=unseen)
 
 
-def warm_compile_s(client: Client, arm: str, device: str) -> float:
-    """A second compile of the arm with fresh Inductor caches, in this process: for the plugin
-    its routing decisions are cached (measure.py keeps them in memory and on disk), so this
-    is what a user pays once the sites were measured."""
+@contextlib.contextmanager
+def cold_routing():
+    """The plugin's routing decisions forgotten, in memory and on disk (a fresh cache folder
+    for the block), so that a cold compile measures every site it would measure anew."""
+    import tempfile
+
+    import inductor_mm_plugin
+
+    old = os.environ.get("INDUCTOR_MM_PLUGIN_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="models-routing-") as folder:
+        os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = folder
+        inductor_mm_plugin.reset()
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("INDUCTOR_MM_PLUGIN_CACHE_DIR", None)
+            else:
+                os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = old
+            inductor_mm_plugin.reset()
+
+
+def compile_s(client: Client, arm: str, device: str, cold: bool) -> float:
+    """One more compile of the arm, with fresh Inductor and Triton caches. ``cold``: the
+    plugin's decisions and kernels forgotten too (``cold_routing``, ``cold_plugin``), as in the
+    first compile; else its decisions are cached (measure.py keeps them in memory and on
+    disk), which is what a user pays once the sites were measured."""
     torch._dynamo.reset()
-    with _fresh_cache():
+    if cold and arm.startswith("plugin"):
+        cold_plugin()
+    with _fresh_cache(), cold_routing() if cold else contextlib.nullcontext():
         t0 = time.perf_counter()
         step = client.arm(compile_fn(arm))
         step()
@@ -346,8 +387,19 @@ def warm_compile_s(client: Client, arm: str, device: str) -> float:
         return time.perf_counter() - t0
 
 
+def compile_rounds(client: Client, arms: list[str], device: str, n: int, cold: bool, flip: bool) -> dict:
+    """arm -> compile times over ``n`` rounds, the arms' order alternating round by round (one
+    compile's time moves by 10-20% from run to run: single compiles of the same code on the
+    H200 read 0.89-1.24x of each other)."""
+    times = {arm: [] for arm in arms}
+    for i in range(n):
+        for arm in arms[::-1] if (i + flip) % 2 else arms:
+            times[arm].append(compile_s(client, arm, device, cold))
+    return times
+
+
 def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: int, order_flip: bool,
-                warm: bool = True) -> list[dict]:  # fmt: skip
+                warm: bool = True, compile_n: int = 2) -> list[dict]:  # fmt: skip
     """The rows of one model: compile each arm cold, check it, time all arms in rounds."""
     from inductor_mm_plugin.comparison.profile import profile_step
     from inductor_mm_plugin.inductor.records import record_sites
@@ -362,7 +414,7 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         if arm.startswith("plugin"):
             cold_plugin()
-        with _fresh_cache(), record_sites() as sites, routing_clock() as spent:
+        with _fresh_cache(), cold_routing(), record_sites() as sites, routing_clock() as spent:
             t0 = time.perf_counter()
             step = client.arm(compile_fn(arm))
             out = step()  # compiles
@@ -418,11 +470,31 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
                          ratio_spread=spread(rs, ".3f") if rs else "", cudagraphs=cudagraphs, shape=client.shape,
                          **info[arm]))  # fmt: skip
     del timers, steps
-    if warm:  # after the timing: the reset below drops the arms' compiled code
-        for row in (rows[::-1] if order_flip else rows):
-            row["warm_compile_s"] = warm_compile_s(client, row["arm"], device)
+    # After the timing: each compile below resets Dynamo, which drops the arms' compiled code.
+    cold = compile_rounds(client, arms, device, compile_n - 1, cold=True, flip=not order_flip)
+    warm_times = compile_rounds(client, arms, device, compile_n, cold=False, flip=order_flip) if warm else {}
+    add_compile_rounds(rows, cold, warm_times)
     del client
     return rows
+
+
+def add_compile_rounds(rows: list[dict], cold: dict, warm: dict) -> None:
+    """Each row gets its compile times by round (``compile_s_rounds``: the first compile, then
+    ``cold``'s; ``warm_compile_s_rounds`` and their median ``warm_compile_s``), and a row with a
+    baseline the medians of its per-round ratios to it (``compile_ratio``, ``warm_compile_ratio``)."""
+    by_arm = {row["arm"]: row for row in rows}
+    for row in rows:
+        row["compile_s_rounds"] = [round(t, 2) for t in [row["compile_s"], *cold.get(row["arm"], [])]]
+        if warm:
+            row["warm_compile_s_rounds"] = [round(t, 2) for t in warm[row["arm"]]]
+            row["warm_compile_s"] = median(warm[row["arm"]])
+    for row in rows:  # per round, against the baseline's compile of the same round
+        base = by_arm.get(BASELINE.get(row["arm"], ""))
+        if base is not None:
+            for field in ("compile_s_rounds", "warm_compile_s_rounds"):
+                if field in row:
+                    ratio = median([ours / theirs for ours, theirs in zip(row[field], base[field])])
+                    row[field.replace("_s_rounds", "_ratio")] = round(ratio, 3)
 
 
 def _events_ms(step, device: str, reps: int = 3) -> float:
@@ -445,14 +517,21 @@ def _events_ms(step, device: str, reps: int = 3) -> float:
 # ---------------------------------------------------------------------------- report
 
 
+def compile_ratio(row: dict, base: dict, kind: str = "") -> float:
+    """The arm's compile time against its baseline's: the median of per-round ratios where
+    the rows have rounds (``compile_ratio``, ``warm_compile_ratio``), else one compile's."""
+    ratio = row.get(f"{kind}compile_ratio")
+    return ratio if ratio is not None else row[f"{kind}compile_s"] / base[f"{kind}compile_s"]
+
+
 def table(rows: list[dict]) -> str:
     by = {(r["model"], r["arm"]): r for r in rows}
     lines = ["| model | workload | arm | ms | speedup | range | compile s | compile / base | warm / base | err | "
              "err / base | routed | sites right | graphs |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         base = by.get((r["model"], BASELINE.get(r["arm"], "")))
-        c_ratio = f"{r['compile_s'] / base['compile_s']:.2f}" if base else ""
-        w_ratio = f"{r['warm_compile_s'] / base['warm_compile_s']:.2f}" if base and base.get("warm_compile_s") else ""
+        c_ratio = f"{compile_ratio(r, base):.2f}" if base else ""
+        w_ratio = f"{compile_ratio(r, base, 'warm_'):.2f}" if base and base.get("warm_compile_s") else ""
         right = "" if r.get("sites_right") is None else f"{r['sites_right']:.2f}"
         e_ratio = f"{r['err'] / base['err']:.2f}" if base and base["err"] else ""
         speed = f"{r['speedup']:.3f}" if r["speedup"] is not None else "-"
@@ -474,11 +553,11 @@ def table(rows: list[dict]) -> str:
             line += f", geomean {g:.3f} (target >= {TARGETS['speedup_geomean']:.2f} " \
                     f"{'ok' if g >= TARGETS['speedup_geomean'] else 'MISSED'})"
         pairs = [(r, by[(r["model"], base)]) for r in rs if (r["model"], base) in by]
-        worst_c = max(pairs, key=lambda p: p[0]["compile_s"] / p[1]["compile_s"])
-        c = worst_c[0]["compile_s"] / worst_c[1]["compile_s"]
+        worst_c = max(pairs, key=lambda p: compile_ratio(*p))
+        c = compile_ratio(*worst_c)
         line += (f"; compile time at most {c:.2f}x {base}'s ({worst_c[0]['model']}; target <= "
                  f"{TARGETS['compile_ratio']:.1f} {'ok' if c <= TARGETS['compile_ratio'] else 'MISSED'})")
-        warm = [(p[0]["warm_compile_s"] / p[1]["warm_compile_s"], p[0]["model"]) for p in pairs
+        warm = [(compile_ratio(*p, "warm_"), p[0]["model"]) for p in pairs
                 if p[0].get("warm_compile_s") and p[1].get("warm_compile_s")]  # fmt: skip
         if warm:
             w, w_model = max(warm)
@@ -511,6 +590,8 @@ def main(argv=None):
     p.add_argument("--budget-s", type=float, default=420,
                    help="start no new model after this many seconds (the device call's limit is 600)")  # fmt: skip
     p.add_argument("--no-warm", action="store_true", help="skip the warm compiles (decisions cached) after timing")
+    p.add_argument("--compile-rounds", type=int, default=2,
+                   help="cold and warm compiles per arm, in interleaved rounds (1: the first cold compile alone)")  # fmt: skip
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--tiny", action="store_true", help="tiny configs (with --device cpu: the script's logic, in ~2 min)")
     add_common_args(p, "models.jsonl", rounds=5)
@@ -541,7 +622,7 @@ def main(argv=None):
         print(f"{name} ({MODELS[name]['workload']}):", flush=True)
         try:
             model_rows = bench_model(name, arms, args.device, args.tiny, n_rounds, order_flip=i % 2 == 1,
-                                     warm=not args.no_warm)
+                                     warm=not args.no_warm, compile_n=max(1, args.compile_rounds))
         except Exception as e:  # noqa: BLE001 (one model's failure is reported, the others still run)
             print(f"  {name} FAILED: {type(e).__name__}: {str(e)[:500]}", flush=True)
             model_rows = [dict(model=name, workload=MODELS[name]["workload"], arm=arm, error=f"{type(e).__name__}: "

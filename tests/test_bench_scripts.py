@@ -3,6 +3,7 @@ kept out of the timing, two versions of the package in one process (ab.py), the 
 clients (models.py). No timing is checked here, only the bookkeeping around it."""
 
 import pathlib
+import statistics
 import subprocess
 import sys
 
@@ -112,3 +113,27 @@ def test_models_tiny_client_builds_and_reports():
                  err=1e-3, routed_sites=3, sites=3, cudagraphs=True)]  # fmt: skip
     text = models.table(rows)
     assert "geomean 2.000" in text and "compile time at most 2.00x" in text and "MISSED" in text
+
+
+def test_models_compile_rounds_alternate_and_ratios_are_per_round(monkeypatch):
+    """Compile time is compared like step time: arms in rounds of alternating order, the
+    median of per-round ratios (one compile's time moves 10-20% from run to run)."""
+    import models
+
+    order = []
+    seconds = iter([10.0, 13.0, 12.0, 11.0, 9.0, 12.0])
+    monkeypatch.setattr(models, "compile_s", lambda client, arm, device, cold: order.append((arm, cold)) or next(seconds))
+    cold = models.compile_rounds(None, ["stock", "plugin"], "cpu", 2, cold=True, flip=True)
+    assert order == [("plugin", True), ("stock", True), ("stock", True), ("plugin", True)]
+    assert cold == {"stock": [13.0, 12.0], "plugin": [10.0, 11.0]}
+    warm = models.compile_rounds(None, ["stock", "plugin"], "cpu", 1, cold=False, flip=False)
+    assert warm == {"stock": [9.0], "plugin": [12.0]} and order[-2:] == [("stock", False), ("plugin", False)]
+    rows = [dict(arm="stock", compile_s=8.0), dict(arm="plugin", compile_s=16.0)]
+    models.add_compile_rounds(rows, cold, warm)
+    stock, plugin = rows
+    assert plugin["compile_s_rounds"] == [16.0, 10.0, 11.0] and stock["compile_s_rounds"] == [8.0, 13.0, 12.0]
+    assert plugin["compile_ratio"] == pytest.approx(round(statistics.median([2.0, 10 / 13, 11 / 12]), 3))
+    assert plugin["warm_compile_ratio"] == pytest.approx(1.333) and plugin["warm_compile_s"] == 12.0
+    assert "compile_ratio" not in stock
+    assert models.compile_ratio(plugin, stock) == plugin["compile_ratio"]
+    assert models.compile_ratio(dict(compile_s=3.0), dict(compile_s=2.0)) == 1.5  # rows of one compile
