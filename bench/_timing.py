@@ -169,11 +169,14 @@ def dtype_of(name: str):
 
 def make_operands(M, N, K, dtype, layout, fill=True, device="cuda"):
     """(a, b) for ``a @ b``: B row-major (``"row"``), or a transposed (N, K) weight as
-    nn.Linear passes it (``"linear"``); random, or uninitialized with ``fill=False`` (compiling)."""
+    nn.Linear passes it (``"linear"``); ``"t_row"``/``"t_linear"``: the same with A a transposed
+    (K, M) matrix, as a weight gradient's ``grad.t() @ x`` has it; random, or uninitialized
+    with ``fill=False`` (compiling)."""
     import torch
 
     new = torch.randn if fill else torch.empty
-    a = new(M, K, device=device, dtype=dtype)
+    a = new(K, M, device=device, dtype=dtype).t() if layout.startswith("t_") else new(M, K, device=device, dtype=dtype)
+    layout = layout.removeprefix("t_")
     if layout == "linear":
         b = new(N, K, device=device, dtype=dtype).t()
     else:

@@ -11,8 +11,9 @@ Suites:
 * ``random``: ``--n`` shapes (default 200) drawn from a seed that is new every run (printed,
   recorded; ``--seed`` repeats one; never tune against one seed): M log-uniform in
   [1, 16384], N and K log-uniform in [64, 32768]; from 8 up, each size a multiple of 8 three
-  times in four, else not; bf16 or fp16, B row-major (``row``) or an ``nn.Linear`` weight
-  (``linear``: b = w.t(), w of shape (N, K)), each half the time. Shapes over
+  times in four, else not; bf16 or fp16; B row-major (``row``) or an ``nn.Linear`` weight
+  (``linear``: b = w.t(), w of shape (N, K)), with A as is or transposed (``t_row``,
+  ``t_linear``: a = x.t(), x of shape (K, M), as in a weight gradient), a quarter each. Shapes over
   ``FLOP_CAP`` (2^41 FLOP, ~3 ms of bf16) or ``BYTE_CAP`` (1 GiB of operands and result)
   are drawn again: the run has to fit ~4 minutes of H200 time.
 * ``models``: every ``nn.Linear`` of the configurations in ``MODELS`` (Llama-3 8B/70B,
@@ -76,6 +77,9 @@ FLOP_CAP = 2**41
 BYTE_CAP = 2**30
 GRAPH_BELOW_US = 50.0
 RANDOM_M, RANDOM_NK = (1, 16384), (64, 32768)
+# B row-major or an nn.Linear weight, A as is or transposed (a weight gradient); rows before
+# 2026-12-02 drew the first two only.
+LAYOUTS = ("row", "linear", "t_row", "t_linear")
 
 # ------------------------------------------------------------------------ the models
 # Public configs (each model card's config.json): hidden, intermediate (FFN), attention heads,
@@ -184,7 +188,7 @@ def random_shapes(n: int, seed: int, flop_cap=FLOP_CAP, byte_cap=BYTE_CAP, m_ran
     out, seen = [], set()
     while len(out) < n:
         M, N, K = _size(rng, *m_range), _size(rng, *nk_range), _size(rng, *nk_range)
-        dtype, layout = rng.choice(("bf16", "fp16")), rng.choice(("row", "linear"))
+        dtype, layout = rng.choice(("bf16", "fp16")), rng.choice(LAYOUTS)
         flops, nbytes = flops_bytes(M, N, K)
         if flops > flop_cap or nbytes > byte_cap or (M, N, K, dtype, layout) in seen:
             continue
@@ -241,7 +245,7 @@ def bench_shape(shape: dict, rt, n_rounds: int, device: str) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = tf32
     a, b = _operands(shape, device)
     elem = a.element_size()
-    aligned = is_aligned(N, K, shape["dtype"])
+    aligned = is_aligned(N, K, shape["dtype"], M if layout.startswith("t_") else None)
     row = dict(shape, aligned=aligned, shape_class=shape_class(M, N, K, shape["dtype"], layout, aligned),
                cublas_ms=None, plugin_ms=None, ratio=None)  # fmt: skip
     op = torch.ops.inductor_mm_plugin.mm

@@ -27,7 +27,7 @@ def test_random_shapes_follow_the_seed_and_the_caps():
         assert 1 <= s["M"] <= 16384 and 64 <= s["N"] <= 32768 and 64 <= s["K"] <= 32768
         flops, nbytes = shapes.flops_bytes(s["M"], s["N"], s["K"])
         assert flops <= shapes.FLOP_CAP and nbytes <= shapes.BYTE_CAP
-    assert {s["dtype"] for s in drawn} == {"bf16", "fp16"} and {s["layout"] for s in drawn} == {"row", "linear"}
+    assert {s["dtype"] for s in drawn} == {"bf16", "fp16"} and {s["layout"] for s in drawn} == set(shapes.LAYOUTS)
     sizes = [s[k] for s in drawn for k in "MNK" if s[k] >= 8]
     assert 0.15 < sum(x % 8 != 0 for x in sizes) / len(sizes) < 0.35  # about a quarter not multiples of 8
 
@@ -137,3 +137,11 @@ def test_models_compile_rounds_alternate_and_ratios_are_per_round(monkeypatch):
     assert "compile_ratio" not in stock
     assert models.compile_ratio(plugin, stock) == plugin["compile_ratio"]
     assert models.compile_ratio(dict(compile_s=3.0), dict(compile_s=2.0)) == 1.5  # rows of one compile
+
+
+@pytest.mark.parametrize("layout, a_stride, b_stride", [
+    ("row", (48, 1), (24, 1)), ("linear", (48, 1), (1, 48)), ("t_row", (1, 40), (24, 1)), ("t_linear", (1, 40), (1, 48)),
+])  # fmt: skip
+def test_operands_have_the_layout_they_are_named_for(layout, a_stride, b_stride):
+    a, b = _timing.make_operands(40, 24, 48, torch.float32, layout, device="cpu")
+    assert (a.shape, b.shape, a.stride(), b.stride()) == ((40, 48), (48, 24), a_stride, b_stride)

@@ -32,7 +32,9 @@ def T(*shape, dtype=torch.bfloat16):
     ("mm", [T(64, 4096), T(1024, 4096).t()], "16bit/linear/aligned/M17-64/N1-1024/K1025-4096"),
     ("addmm", [T(1000), T(5000, 100), T(100, 1000)], "16bit/row/unaligned/M>4096/N1-1024/K1-1024"),
     ("mm", [T(1, 8).expand(1, 8), T(8, 8)], "16bit/row/aligned/M1/N1-1024/K1-1024"),  # M = 1: A's stride is moot
-    ("mm", [T(4096, 64).t(), T(4096, 1024)], None),  # A transposed: not a layout the table measured
+    ("mm", [T(4096, 64).t(), T(4096, 1024)], "16bit/t_row/aligned/M17-64/N1-1024/K1025-4096"),  # A transposed
+    ("mm", [T(4096, 60).t(), T(1024, 4096).t()], "16bit/t_linear/unaligned/M17-64/N1-1024/K1025-4096"),  # its rows M long
+    ("mm", [T(64, 4096).as_strided((64, 64), (1, 128)), T(64, 1024)], None),  # A with a gap between columns
     ("mm", [T(64, 4097)[:, 1:], T(4096, 1024)], None),  # an unaligned base
     ("mm", [T(64, 64, dtype=torch.float32), T(64, 64, dtype=torch.float32)], None),  # fp32: measured
     ("bmm", [T(2, 64, 64), T(2, 64, 64)], None),

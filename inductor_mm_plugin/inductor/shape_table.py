@@ -49,21 +49,23 @@ def shape_class(M: int, N: int, K: int, dtype: str, layout: str, aligned: bool) 
     """The measurement class of a matmul, e.g. ``"16bit/linear/aligned/M17-64/N>4096/K1025-4096"``.
 
     What decides which kernel runs and how well it does: the element width (bf16 and fp16
-    take the same kernels; fp32 TF32 others), B's layout (``row`` or ``linear``), whether the
-    rows are 16-byte aligned (TMA or the pointer kernel), M (decode sizes take split-K and
+    take the same kernels; fp32 TF32 others), the layout (B ``row`` or ``linear``; ``t_row``
+    and ``t_linear`` with A transposed, as a weight gradient's ``grad.t() @ x`` has it),
+    whether the rows are 16-byte aligned (TMA or the pointer kernel), M (decode sizes take split-K and
     narrow tiles), and N, K (waves of tiles, split-K). Buckets on powers of four, so that a
     log-uniform draw fills them evenly: M 1, 2-16, 17-64, 65-256, 257-1024, 1025-4096, >4096;
     N and K <=1024, 1025-4096, >4096 (252 classes per width). ``dtype``: "bf16", "fp16" or
-    "fp32"; ``aligned``: N and K multiples of 16 bytes' worth of elements (``is_aligned``)."""
+    "fp32"; ``aligned``: every operand's rows 16 bytes apart (``is_aligned``)."""
     width = "fp32" if dtype in ("fp32", "tf32") else "16bit"
     return "/".join((width, layout, "aligned" if aligned else "unaligned", _bucket(M, _M_EDGES, "M"),
                      _bucket(N, _NK_EDGES, "N"), _bucket(K, _NK_EDGES, "K")))  # fmt: skip
 
 
-def is_aligned(N: int, K: int, dtype: str) -> bool:
-    """Rows of A, B and the result start 16 bytes apart (what TMA needs) in either layout."""
+def is_aligned(N: int, K: int, dtype: str, M: int | None = None) -> bool:
+    """Rows of A, B and the result start 16 bytes apart (what TMA needs) in either layout of
+    B; ``M`` where A is transposed (its rows are M long then)."""
     per16 = 4 if dtype in ("fp32", "tf32") else 8
-    return N % per16 == 0 and K % per16 == 0
+    return N % per16 == 0 and K % per16 == 0 and (M is None or M % per16 == 0)
 
 
 def site_class(op: str, vals: list, alpha=1, beta=1) -> str | None:
@@ -78,12 +80,13 @@ def site_class(op: str, vals: list, alpha=1, beta=1) -> str | None:
     (M, K), N = a.shape, b.shape[-1]
     if not all(isinstance(d, int) for d in (M, N, K, *a.stride(), *b.stride())):
         return None
-    if tuple(a.stride()) != (K, 1) and M > 1:
+    a_t = M > 1 and K > 1 and tuple(a.stride()) == (1, M)
+    if tuple(a.stride()) != (K, 1) and M > 1 and not a_t:
         return None
     layout = "row" if tuple(b.stride()) == (N, 1) else "linear" if tuple(b.stride()) == (1, K) else None
     if layout is None:
         return None
-    return shape_class(M, N, K, "bf16", layout, is_aligned(N, K, "bf16"))
+    return shape_class(M, N, K, "bf16", "t_" * a_t + layout, is_aligned(N, K, "bf16", M if a_t else None))
 
 
 @dataclasses.dataclass(frozen=True)
