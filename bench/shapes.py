@@ -36,9 +36,18 @@ back-to-back calls (``_timing.GraphTimer``), cycling through enough input sets t
 L2 three times (at most 64); larger ones with ``do_bench`` (L2 flushed before each call).
 Every shape's kernels are compiled first, in ``--jobs`` processes.
 
+Second anchor (issue 31): on ``--inductor-n`` shapes of each suite (default 12, spread evenly
+over it), Inductor's own Triton GEMM templates run in the same rounds as a third arm: torch.mm
+compiled with ``max_autotune`` and ``max_autotune_gemm_backends="TRITON"``, checked against
+float64 like the plugin; its generated code says whether a template ran
+(``inductor_triton_kernel``), and a shape no template takes is an ``inductor_triton_err``.
+The report compares, per shape class, the plugin's geomean ratio with theirs.
+
 Writes one JSONL row per shape to ``<out>/shapes.jsonl`` (date, commit, gpu, torch, triton,
 suite, seed, M, N, K, dtype, layout, cublas_ms, plugin_ms, ratio, and ratio_rounds, config,
-kernel, timing, aligned, shape_class, err, fallback, source) and ``<out>/shapes-classes.json``:
+kernel, timing, aligned, shape_class, err, fallback, source; on anchored shapes inductor,
+inductor_triton_ms, inductor_triton_ratio, plugin_vs_inductor_triton, inductor_triton_kernel,
+inductor_triton_compile_s or inductor_triton_err) and ``<out>/shapes-classes.json``:
 per ``shape_class``, the rows of this GPU and commit in that file (every run so far),
 their geomean / p10 / min ratio and a verdict, for the routing pass to stay on stock
 where the kernel loses (``--classes-from FILE`` rewrites it from a JSONL file, no GPU).
@@ -238,8 +247,26 @@ def _compile_shape(shape):
     return None
 
 
+def _mm(a, b):
+    return torch.mm(a, b)
+
+
+def inductor_triton(a, b):
+    """Inductor's own Triton GEMM templates on these operands (issue 31's second anchor): mm
+    compiled with max-autotune over Triton templates alone. Returns (compiled fn, what its
+    generated code runs: "template", or "aten" where no template took the shape)."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()  # a compile per shape: Dynamo stops recompiling one function after 8
+    fn = torch.compile(_mm, dynamic=False, options={"max_autotune": True, "max_autotune_gemm_backends": "TRITON",
+                                                    "triton.cudagraphs": False})  # fmt: skip
+    _, codes = run_and_get_code(fn, a, b)
+    return fn, "aten" if "extern_kernels.mm" in "\n".join(codes) else "template"
+
+
 def bench_shape(shape: dict, rt, n_rounds: int, device: str) -> dict:
-    """One JSONL row: the float64 check, then both implementations in rounds."""
+    """One JSONL row: the float64 check, then the implementations in rounds: cuBLAS, the
+    plugin, and on shapes marked ``inductor`` Inductor's Triton templates."""
     M, N, K, layout = shape["M"], shape["N"], shape["K"], shape["layout"]
     tf32 = shape["dtype"] == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -265,24 +292,40 @@ def bench_shape(shape: dict, rt, n_rounds: int, device: str) -> dict:
         row["err"] = err
         return row
     del poisoned, out
+    arms = {"cublas": torch.mm, "plugin": op}
+    if shape.get("inductor") and not tf32:
+        t0 = time.perf_counter()
+        try:
+            fn, row["inductor_triton_kernel"] = inductor_triton(a, b)
+            row["inductor_triton_compile_s"] = round(time.perf_counter() - t0, 1)
+            bad = matmul_error(fn(a, b), a, b, rows=rows)
+        except Exception as e:  # noqa: BLE001 (the anchor's failure is recorded; the other arms still run)
+            fn, bad = None, f"{type(e).__name__}: {str(e)[:300]}"
+        if bad:
+            row["inductor_triton_err"] = bad
+        else:
+            arms["inductor_triton"] = fn
     if device != "cuda":  # a dry run: the logic, not the numbers
         t = lambda fn: median([_wall_ms(fn) for _ in range(3)])  # noqa: E731
-        fns = {"cublas": lambda: torch.mm(a, b), "plugin": lambda: op(a, b)}
-        times = rounds(fns, t, n_rounds)
+        times = rounds({arm: (lambda f=f: f(a, b)) for arm, f in arms.items()}, t, n_rounds)
         row["timing"] = "wall (cpu)"
     elif _floor_us(M, N, K, elem) < GRAPH_BELOW_US:
         per_call = (M * K + K * N + M * N) * elem
         sets = [(a, b)] + [_operands(shape, device) for _ in range(rotation(per_call) - 1)]
-        timers = {"cublas": GraphTimer(rotating(torch.mm, sets)), "plugin": GraphTimer(rotating(op, sets))}
+        timers = {arm: GraphTimer(rotating(f, sets)) for arm, f in arms.items()}
         times = rounds(timers, lambda timer: timer(), n_rounds)
         row.update(timing="cudagraph", rotate=len(sets), graph_calls=timers["plugin"].calls)
         del timers, sets
     else:
-        times = rounds({"cublas": lambda: torch.mm(a, b), "plugin": lambda: op(a, b)}, time_ms, n_rounds)
+        times = rounds({arm: (lambda f=f: f(a, b)) for arm, f in arms.items()}, time_ms, n_rounds)
         row["timing"] = "do_bench"
     rs = ratios(times, "cublas", "plugin")
     row.update(cublas_ms=median(times["cublas"]), plugin_ms=median(times["plugin"]), ratio=median(rs),
                ratio_rounds=[round(r, 4) for r in rs])  # fmt: skip
+    if "inductor_triton" in times:  # its ratio to cuBLAS, and the plugin's to it, per round
+        row.update(inductor_triton_ms=median(times["inductor_triton"]),
+                   inductor_triton_ratio=median(ratios(times, "cublas", "inductor_triton")),
+                   plugin_vs_inductor_triton=median(ratios(times, "inductor_triton", "plugin")))  # fmt: skip
     return row
 
 
@@ -314,7 +357,28 @@ def report(rows: list[dict], suite: str) -> str:
                          f"plugin {1e3 * r['plugin_ms']:8.1f} us  [{r.get('config')}] {r.get('source', '')}")  # fmt: skip
     for r in wrong:
         lines.append(f"  WRONG {r['M']}x{r['N']}x{r['K']} {r['dtype']} {r['layout']} [{r.get('config')}]: {r['err']}")
+    lines += anchor_report(timed)
     return "\n".join(lines)
+
+
+def anchor_report(rows: list[dict]) -> list[str]:
+    """Per shape class of the rows with the inductor_triton arm: the plugin's geomean ratio to
+    cuBLAS against Inductor's Triton templates' (target: at or above theirs in every class)."""
+    anchored = [r for r in rows if r.get("inductor_triton_ratio")]
+    if not anchored:
+        return []
+    by: dict = {}
+    for r in anchored:
+        by.setdefault(r["shape_class"], []).append(r)
+    below = {c: rs for c, rs in by.items() if geomean([r["ratio"] for r in rs]) < geomean([r["inductor_triton_ratio"] for r in rs])}
+    lines = [f"  against Inductor's Triton templates ({len(anchored)} shapes, {len(by)} classes): plugin / theirs "
+             f"geomean {geomean([r['plugin_vs_inductor_triton'] for r in anchored]):.3f}; at or above theirs in "
+             f"{len(by) - len(below)} of {len(by)} classes (target: all {'ok' if not below else 'MISSED'})"]  # fmt: skip
+    for cls, rs in sorted(below.items()):
+        lines.append(f"    below: {cls:48s} plugin {geomean([r['ratio'] for r in rs]):.3f}  Inductor's Triton "
+                     f"{geomean([r['inductor_triton_ratio'] for r in rs]):.3f}  ({len(rs)} shapes, e.g. "
+                     f"{rs[0]['M']}x{rs[0]['N']}x{rs[0]['K']} {rs[0]['layout']})")  # fmt: skip
+    return lines
 
 
 def write_classes(jsonl: pathlib.Path, out_dir: pathlib.Path, meta: dict | None = None, routing_table: bool = False,
@@ -363,6 +427,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=None, help="repeat a run's shapes (default: a new seed)")
     p.add_argument("--n", type=int, default=200, help="random suite: shapes drawn (default 200)")
     p.add_argument("--limit", type=int, default=240, help="models suite: shapes sampled per run (0: all)")
+    p.add_argument("--inductor-n", type=int, default=12,
+                   help="shapes per suite also timed with Inductor's Triton templates (max-autotune, TRITON only; "
+                        "a compile of 10-30 s each); 0: none")  # fmt: skip
     p.add_argument("--tf32", action="store_true", help="also fp32 with TF32, row-major B, 4096^3 (target >= 0.90)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a dry run through Triton's interpreter on tiny shapes (the logic, not the numbers)")
@@ -399,6 +466,10 @@ def main(argv=None):
     if args.tf32:
         n = 64 if cpu else 4096
         todo.append(dict(M=n, N=n, K=n, dtype="tf32", layout="row", suite="tf32", seed=None))
+    for suite in ("random", "models"):  # the anchor arm on an even spread of each suite's shapes
+        mine = [s for s in todo if s["suite"] == suite]
+        for i in range(min(args.inductor_n, len(mine))):
+            mine[i * len(mine) // args.inductor_n]["inductor"] = True
     if args.list:
         for s in todo:
             print(s)

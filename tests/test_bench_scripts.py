@@ -145,3 +145,12 @@ def test_models_compile_rounds_alternate_and_ratios_are_per_round(monkeypatch):
 def test_operands_have_the_layout_they_are_named_for(layout, a_stride, b_stride):
     a, b = _timing.make_operands(40, 24, 48, torch.float32, layout, device="cpu")
     assert (a.shape, b.shape, a.stride(), b.stride()) == ((40, 48), (48, 24), a_stride, b_stride)
+
+
+def test_anchor_report_names_the_classes_below_inductors_triton():
+    row = lambda cls, ours, theirs: dict(shape_class=cls, ratio=ours, inductor_triton_ratio=theirs,  # noqa: E731
+                                         plugin_vs_inductor_triton=ours / theirs, M=8, N=8, K=8, layout="row")  # fmt: skip
+    lines = shapes.anchor_report([row("a", 1.2, 1.0), row("a", 0.9, 1.0), row("b", 0.5, 0.8), dict(shape_class="c", ratio=1)])
+    assert "2 classes" in lines[0] and "at or above theirs in 1 of 2 classes" in lines[0] and "MISSED" in lines[0]
+    assert len(lines) == 2 and "below: b" in lines[1] and "plugin 0.500" in lines[1]
+    assert shapes.anchor_report([dict(shape_class="c", ratio=1)]) == []
