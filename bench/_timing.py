@@ -295,7 +295,7 @@ def precompile(tasks: list, worker: Callable, jobs: int, initializer: Callable |
 
 def git_commit() -> str:
     """The commit the package was measured at: ``.commit`` at the repository root (written
-    where the tree is a snapshot without git history, ``tools/run_gpu.sh``), else git's short
+    where the tree is a snapshot without git history, ``tools/gpu_check.sh``), else git's short
     hash, with ``+dirty`` when the package or bench/ has uncommitted changes."""
     snap = REPO / ".commit"
     if snap.exists():
