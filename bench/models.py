@@ -281,20 +281,19 @@ def routing_clock():
     spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0}
     decide, measure_fn, call, precompile = measure.decide, measure.measure, measure._call, measure.precompile
 
-    def timed_precompile(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return precompile(*args, **kwargs)
-        finally:
-            spent["precompile_s"] += time.perf_counter() - t0
+    def clocked(fn, field, count=None):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[field] += time.perf_counter() - t0
+                if count:
+                    spent[count] += 1
 
-    def timed_decide(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return decide(*args, **kwargs)
-        finally:
-            spent["decide_s"] += time.perf_counter() - t0
-            spent["sites"] += 1
+        return run
+
+    timed_precompile, timed_decide = clocked(precompile, "precompile_s"), clocked(decide, "decide_s", "sites")
 
     def counted_measure(*args, **kwargs):
         spent["timed"] += 1
