@@ -299,7 +299,9 @@ def test_from_json_refuses_what_is_not_a_measurement():
 def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fresh_state):
     """The sites the shape table answers, those already measured and repeats of one signature
     are not compiled ahead; the rest go to the threads together, on operands of their layout."""
-    monkeypatch.setattr(measure.compat.inductor_config, "compile_threads", 4)
+    # Inductor's config through its own patch(): monkeypatch's undo breaks a config module's
+    # entries on torch 2.13 (compile_threads then "does not exist" for every later compile).
+    threads = measure.compat.inductor_config.patch
     monkeypatch.setattr(measure, "_on_cuda", lambda vals: True)  # CPU tensors stand in for CUDA ones
     compiled = []
     monkeypatch.setattr("inductor_mm_plugin.runtime.compile_calls",
@@ -314,7 +316,8 @@ def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fres
              ("mm", [x_of(7, 16), x_of(16, 32)], 1, 1, True),  # the shape table is sure
              ("mm", seen, 1, 1, True),  # measured before
              ("addmm", [x_of(32), x_of(8, 16), weight.t()], 1, 1, True)]  # compiled, with its bias  # fmt: skip
-    assert measure.precompile(sites) == 2
+    with threads(compile_threads=4):
+        assert measure.precompile(sites) == 2
     (calls, workers), = compiled
     assert workers == 2
     (a, b, out, bias, _, _), (a2, b2, out2, bias2, _, _) = calls
@@ -323,8 +326,8 @@ def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fres
         assert (x.shape, w.shape, w.stride(), o.shape) == ((8, 16), (16, 32), (1, 16), (8, 32))
         assert x.abs().sum() > 0  # fresh random operands, as measure times
     # One thread, nothing to overlap: the timed call compiles, as before.
-    monkeypatch.setattr(measure.compat.inductor_config, "compile_threads", 1)
-    assert measure.precompile(sites) == 0 and len(compiled) == 1
+    with threads(compile_threads=1):
+        assert measure.precompile(sites) == 0 and len(compiled) == 1
 
 
 def _compiled_kernels() -> list:
@@ -339,7 +342,6 @@ def test_precompiled_sites_are_timed_without_compiling_again(tmp_path, monkeypat
     """The kernels compiled side by side are the ones the timing launches: timing the sites
     afterwards compiles nothing new (same plan, same specialization, same Triton state)."""
     monkeypatch.setenv("INDUCTOR_MM_PLUGIN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(measure.compat.inductor_config, "compile_threads", 4)
     monkeypatch.setattr(measure, "_sure", lambda *args: None)
     inductor_mm_plugin.runtime.clear_plans()
     dev, dt = "cuda", torch.bfloat16
@@ -351,7 +353,8 @@ def test_precompiled_sites_are_timed_without_compiling_again(tmp_path, monkeypat
               1, 1, True),
              ("bmm", [torch.randn(3, 64, 80, device=dev, dtype=dt), torch.randn(3, 80, 48, device=dev, dtype=dt)], 1, 1, True)]  # fmt: skip
     before = len(_compiled_kernels())
-    assert measure.precompile(sites) == len(sites)
+    with measure.compat.inductor_config.patch(compile_threads=4):
+        assert measure.precompile(sites) == len(sites)
     compiled = _compiled_kernels()
     assert len(compiled) > before
     assert all(k.module is not None for k in compiled)  # loaded too: the first launch builds nothing
