@@ -68,6 +68,7 @@ def measured_as(monkeypatch):
         return Measurement(10.0, 10.0 * state["ratio"], (state["ratio"],) * 5, graphs)
 
     monkeypatch.setattr(measure, "cached_or_measure", fake)
+    monkeypatch.setattr(measure, "precompile", lambda sites: 0)  # nothing real to compile ahead
     return state
 
 
