@@ -328,6 +328,10 @@ def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fres
     # One thread, nothing to overlap: the timed call compiles, as before.
     with threads(compile_threads=1):
         assert measure.precompile(sites) == 0 and len(compiled) == 1
+    # Compiling ahead only saves time: a failure there is logged and left to the timing.
+    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_calls", lambda calls, workers: 1 / 0)
+    with threads(compile_threads=4):
+        assert measure.precompile(sites) == 0
 
 
 def _compiled_kernels() -> list:
