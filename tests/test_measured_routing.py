@@ -366,3 +366,21 @@ def test_precompiled_sites_are_timed_without_compiling_again(tmp_path, monkeypat
         routed, reason, measured = measure.decide(op, vals, alpha, beta, graphs)
         assert measured is not None and measured.plugin_us > 0, reason
     assert len(_compiled_kernels()) == len(compiled)
+
+
+def test_compile_calls_leaves_a_failing_call_to_its_first_real_call(monkeypatch, caplog):
+    """A call that cannot be compiled ahead is logged and not counted; the others still are."""
+    import importlib
+
+    launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")  # runtime.launch is a function too
+
+    def fake(a, b, out, bias=None, beta=1, alpha=1):
+        if a.shape[0] == 3:
+            raise RuntimeError("no kernel for this one")
+        return True
+
+    monkeypatch.setattr(launch_module, "_compile_call", fake)
+    calls = [(x_of(3, 4), x_of(4, 5), x_of(3, 5), None, 1, 1), (x_of(2, 4), x_of(4, 5), x_of(2, 5), None, 1, 1)]
+    with caplog.at_level("DEBUG", logger=launch_module.__name__):
+        assert launch_module.compile_calls(calls, workers=2) == 1
+    assert "compiling (3, 4)" in caplog.text and "no kernel for this one" in caplog.text

@@ -132,7 +132,7 @@ def measure(op: str, operands: list[tuple[tuple, tuple, int]], dtype: torch.dtyp
     measured."""
     with compat.unset_fake_temporarily(), torch.no_grad():
         device = torch.device(device)
-        out_shape = (*operands[-2][0][:-1], operands[-1][0][-1])
+        out_shape = _out_shape(operands)
         one_set = (sum(benchmarking.extent(*layout) for layout in operands) + math.prod(out_shape)) * dtype.itemsize
         plugin_calls, aten_calls = [], []
         for _ in range(benchmarking.copies(one_set, device)):
@@ -154,6 +154,11 @@ def measure(op: str, operands: list[tuple[tuple, tuple, int]], dtype: torch.dtyp
                     "aten": benchmarking.host_us(aten_calls, _HOST_REPS)}  # fmt: skip
         return Measurement(statistics.median(times["plugin"]), statistics.median(times["aten"]),
                            tuple(benchmarking.ratios(times, "aten", "plugin")), graphs, host["plugin"], host["aten"])  # fmt: skip
+
+
+def _out_shape(operands: list[tuple[tuple, tuple, int]]) -> tuple:
+    """The result's sizes from the operands' layouts: a's leading dims, b's last."""
+    return (*operands[-2][0][:-1], operands[-1][0][-1])
 
 
 def _call(op: str, args: list, out, alpha, beta, plugin: bool):
@@ -219,7 +224,7 @@ def precompile(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]
             calls = []
             for op, operands, dtype, device, alpha, beta in todo.values():
                 args = [benchmarking.operand(*layout, dtype, device) for layout in operands]
-                out = torch.empty((*operands[-2][0][:-1], operands[-1][0][-1]), dtype=dtype, device=device)
+                out = torch.empty(_out_shape(operands), dtype=dtype, device=device)
                 bias, (a, b) = (args[0], args[1:]) if op == "addmm" else (None, args)
                 calls.append((a, b, out, bias, beta, alpha))
             return compile_calls(calls, workers)

@@ -233,9 +233,10 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     for pair in swiglu_pairs(routed_mms, fuse):
         fused.update(dict.fromkeys(pair[:2], pair))
     site_of = dict(zip(nodes, sites))
-    if options.compete == "auto" and options.plan is None:
-        timed = [n for n, (routed, _) in zip(nodes, decisions) if routed and n not in fused and _on_cuda(n)]
-        measure.precompile([_measured_site(n) for n in timed])
+    # The sites measured below: selected, not fused, on CUDA, under compete="auto" without a plan.
+    timed = [n for n, (routed, _) in zip(nodes, decisions) if routed and n not in fused and _on_cuda(n)]
+    timed = timed if options.compete == "auto" and options.plan is None else []
+    measure.precompile([_measured_site(n) for n in timed])
     done = set()
     records = []
     for node, site, (routed, reason) in zip(nodes, sites, decisions):
@@ -251,7 +252,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
         elif routed:
             if options.plan is not None:
                 routed, reason = options.plan.decide(site)
-            elif options.compete == "auto" and _on_cuda(node):
+            elif node in timed:
                 routed, reason, measured = measure.decide(*_measured_site(node))
             if routed:
                 # Under compete="auto" the routed site runs the measured form: the extern kernel,

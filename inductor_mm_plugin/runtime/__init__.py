@@ -21,7 +21,6 @@ from .launch import (
     candidates_for,
     chosen_config,
     clear_plans,
-    compile_call,
     compile_calls,
     launch,
     mm_launch,
@@ -32,6 +31,6 @@ from .layout import input_precision, pointer_kernel_reason, tf32_enabled
 
 __all__ = [
     "SUPPORTED_DTYPES", "KernelFallbackWarning", "addmm_launch", "bmm_launch", "candidates_for", "chosen_config",
-    "clear_plans", "compile_call", "compile_calls", "input_precision", "kernel_unsupported_reason", "launch",
+    "clear_plans", "compile_calls", "input_precision", "kernel_unsupported_reason", "launch",
     "mm_launch", "pointer_kernel_reason", "set_autotune", "tf32_enabled", "warmup",
 ]  # fmt: skip

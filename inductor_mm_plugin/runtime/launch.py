@@ -266,19 +266,18 @@ def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
     return res
 
 
-def compile_call(a, b, out, bias=None, beta=1, alpha=1) -> bool:
+def _compile_call(a, b, out, bias=None, beta=1, alpha=1) -> bool:
     """Compile the kernel that ``mm``/``bmm`` (``bias`` None) or ``addmm`` on these operands
     would launch, without launching: the plan the call will find, its kernel in Triton's
     cache. False where the call would not run the kernel (aten's fallback, nothing to compute)."""
-    reason = kernel_unsupported_reason(a, b) if bias is None else kernel_unsupported_reason(a, b, bias)
-    if reason is not None or out.numel() == 0:
+    if kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is not None or out.numel() == 0:
         return False
     launch(a, b, out, None if bias is None else bias.expand(out.shape), beta, alpha, compile_only=True)
     return True
 
 
 def compile_calls(calls: list[tuple], workers: int) -> int:
-    """``compile_call(*call)`` for every call, ``workers`` threads side by side: Triton spends
+    """``_compile_call(*call)`` for every call, ``workers`` threads side by side: Triton spends
     most of a compile outside the GIL (MLIR passes, ptxas), as Inductor's max-autotune
     precompilation relies on (select_algorithm.py, a ThreadPoolExecutor). A call that fails
     is left to its first real call, which compiles again and raises there. Returns how many
@@ -289,7 +288,7 @@ def compile_calls(calls: list[tuple], workers: int) -> int:
     def one(call) -> bool:
         try:
             with torch.no_grad():
-                return compile_call(*call)
+                return _compile_call(*call)
         except Exception:  # noqa: BLE001 (see the docstring)
             log.debug("compiling %s ahead failed; its first call will compile it", _describe(call), exc_info=True)
             return False

@@ -244,7 +244,9 @@ def ready_for_threads(device: torch.device) -> None:
     """Make Triton's per-device state of both kernels now, in this thread, before threads
     compile them side by side: Triton makes it on first use (``JITFunction.device_caches``, a
     defaultdict; triton 3.6 runtime/jit.py), and two threads making it at once would each keep
-    a compiled kernel where the other's state never finds it."""
+    a compiled kernel where the other's state never finds it. Nothing for the interpreter."""
+    if device.type != "cuda":
+        return
     with device_guard(device):
         index = torch.cuda.current_device()
         for kernel in (_matmul_kernel, _matmul_kernel_tma):
