@@ -247,137 +247,43 @@ def warm_up_compilers(device: str) -> None:
     torch._dynamo.reset()
 
 
-def cold_plugin() -> None:
-    """Forget what earlier arms compiled for the plugin in this process: its launch plans
-    (``runtime.clear_plans``) and the in-memory caches of its Triton kernels (their disk
-    cache is new per arm already, ``fresh_cache``), so that every plugin arm's compile time
-    includes compiling the extern kernels it launches."""
-    from _timing import plugin_runtime
+@contextlib.contextmanager
+def cold_plugin():
+    """Forget what the plugin learned in this process (``inductor_mm_plugin.reset()``: launch
+    plans, routing decisions) and the in-memory caches of its Triton kernels (their disk cache
+    is new per compile already, ``fresh_cache``), and give the block a routing cache folder of
+    its own: a cold compile compiles and measures every site anew. The folder stays after the
+    block, and so do the decisions made in it, for the warm compiles that follow."""
+    import tempfile
+
+    import inductor_mm_plugin
     from triton.runtime.jit import JITFunction
 
-    plugin_runtime().clear_plans()
+    inductor_mm_plugin.reset()
     for mod_name, mod in list(sys.modules.items()):
         if mod_name.startswith("inductor_mm_plugin") and mod is not None:
             for obj in list(vars(mod).values()):
                 caches = getattr(obj, "device_caches", None) if isinstance(obj, JITFunction) else None
                 if caches is not None:
                     caches.clear()
-
-
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out = out.float()
-    return float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30)) if torch.isfinite(out).all() else math.inf
-
-
-@contextlib.contextmanager
-def routing_clock():
-    """Where a plugin arm's compile time goes: compiling the kernels of the sites to be timed,
-    side by side (``precompile_s``, ``measure.precompile``), ``measure.decide`` in all
-    (``decide_s``), and within it the first call of each plugin kernel (``first_calls_s``:
-    what was not compiled ahead, and the launch plan), for ``routing``: decide_s,
-    first_calls_s, precompile_s, sites, timed."""
-    from inductor_mm_plugin.inductor import measure
-
-    spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0}
-    decide, measure_fn, call, precompile = measure.decide, measure.measure, measure._call, measure.precompile
-
-    def clocked(fn, field, count=None):
-        def run(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[field] += time.perf_counter() - t0
-                if count:
-                    spent[count] += 1
-
-        return run
-
-    timed_precompile, timed_decide = clocked(precompile, "precompile_s"), clocked(decide, "decide_s", "sites")
-
-    def counted_measure(*args, **kwargs):
-        spent["timed"] += 1
-        return measure_fn(*args, **kwargs)
-
-    def first_call_timed(*args, **kwargs):
-        fn, first = call(*args, **kwargs), [kwargs.get("plugin", args[-1] if args else False)]
-
-        def run():
-            if not first[0]:
-                return fn()
-            first[0] = False
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            spent["first_calls_s"] += time.perf_counter() - t0
-
-        return run
-
-    measure.decide, measure.measure, measure._call = timed_decide, counted_measure, first_call_timed
-    measure.precompile = timed_precompile
-    try:
-        yield spent
-    finally:
-        measure.decide, measure.measure, measure._call, measure.precompile = decide, measure_fn, call, precompile
-
-
-def site_check(records, plugin_profile, stock_profile) -> dict:
-    """Was each routed site's decision right in the model? Its kernels' GPU time per call in the
-    plugin arm's profiled step against stock's for the same calls (comparison/profile.py).
-    ``sites_right``: the fraction right of the routed sites the profiles can see (None: none
-    routed or none seen); ``sites_wrong``: the sites whose kernels were slower than stock's;
-    ``sites_unseen``: routed sites with no attributable kernel (templates, fused SwiGLU)."""
-    routed = [r for r in records if r.routed]
-    if plugin_profile is None or stock_profile is None:
-        return dict(sites_right=None, sites_wrong=[], sites_unseen=len(routed))
-    right, wrong, unseen = 0, [], 0
-    for r in routed:
-        key = site_key(r.site.op, r.site.shapes)
-        ours = plugin_profile.time("plugin", key) if key else None
-        theirs = stock_profile.time("aten", key) if key else None
-        if not (ours and theirs and ours.us > 0 and theirs.us > 0):
-            unseen += 1
-        elif ours.per_call_us <= theirs.per_call_us:
-            right += 1
-        else:
-            wrong.append(f"{r.site.phase} {r.site.module or '<root>'} {r.site.op} "
-                         f"{'x'.join(map(str, key[1]))}@{'x'.join(map(str, key[2]))} "
-                         f"({ours.per_call_us:.1f} us against {theirs.per_call_us:.1f})")  # fmt: skip
-    seen = right + len(wrong)
-    return dict(sites_right=right / seen if seen else None, sites_wrong=wrong, sites_unseen=unseen)
-
-
-@contextlib.contextmanager
-def cold_routing():
-    """The plugin's routing decisions forgotten, in memory and on disk (a fresh cache folder
-    for the block), so that a cold compile measures every site it would measure anew."""
-    import tempfile
-
-    import inductor_mm_plugin
-
     old = os.environ.get("INDUCTOR_MM_PLUGIN_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="models-routing-") as folder:
-        os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = folder
-        inductor_mm_plugin.reset()
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop("INDUCTOR_MM_PLUGIN_CACHE_DIR", None)
-            else:
-                os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = old
-            inductor_mm_plugin.reset()
+    os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="models-routing-")
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("INDUCTOR_MM_PLUGIN_CACHE_DIR", None)
+        else:
+            os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = old
 
 
-def compile_s(client: Client, arm: str, device: str, cold: bool) -> float:
+def compile_once(client: Client, arm: str, device: str, cold: bool) -> float:
     """One more compile of the arm, with fresh Inductor and Triton caches. ``cold``: the
-    plugin's decisions and kernels forgotten too (``cold_routing``, ``cold_plugin``), as in the
-    first compile; else its decisions are cached (measure.py keeps them in memory and on
-    disk), which is what a user pays once the sites were measured."""
+    plugin's decisions and kernels forgotten too (``cold_plugin``), as in the first compile;
+    else its decisions are cached (measure.py keeps them in memory and on disk), which is
+    what a user pays once the sites were measured."""
     torch._dynamo.reset()
-    if cold and arm.startswith("plugin"):
-        cold_plugin()
-    with _fresh_cache(), cold_routing() if cold else contextlib.nullcontext():
+    with _fresh_cache(), cold_plugin() if cold else contextlib.nullcontext():
         t0 = time.perf_counter()
         step = client.arm(compile_fn(arm))
         step()
@@ -393,7 +299,7 @@ def compile_rounds(client: Client, arms: list[str], device: str, n: int, cold: b
     times = {arm: [] for arm in arms}
     for i in range(n):
         for arm in arms[::-1] if (i + flip) % 2 else arms:
-            times[arm].append(compile_s(client, arm, device, cold))
+            times[arm].append(compile_once(client, arm, device, cold))
     return times
 
 
@@ -411,9 +317,7 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
     for arm in arms[::-1] if order_flip else arms:
         frames = frames_compiled()
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        if arm.startswith("plugin"):
-            cold_plugin()
-        with _fresh_cache(), cold_routing(), record_sites() as sites, routing_clock() as spent:
+        with _fresh_cache(), cold_plugin(), record_sites() as sites, routing_clock() as spent:
             t0 = time.perf_counter()
             step = client.arm(compile_fn(arm))
             out = step()  # compiles

@@ -305,9 +305,10 @@ def bench_shape(shape: dict, rt, n_rounds: int, device: str) -> dict:
             row["inductor_triton_err"] = bad
         else:
             arms["inductor_triton"] = fn
+    calls = {arm: (lambda f=f: f(a, b)) for arm, f in arms.items()}
     if device != "cuda":  # a dry run: the logic, not the numbers
         t = lambda fn: median([_wall_ms(fn) for _ in range(3)])  # noqa: E731
-        times = rounds({arm: (lambda f=f: f(a, b)) for arm, f in arms.items()}, t, n_rounds)
+        times = rounds(calls, t, n_rounds)
         row["timing"] = "wall (cpu)"
     elif _floor_us(M, N, K, elem) < GRAPH_BELOW_US:
         per_call = (M * K + K * N + M * N) * elem
@@ -317,7 +318,7 @@ def bench_shape(shape: dict, rt, n_rounds: int, device: str) -> dict:
         row.update(timing="cudagraph", rotate=len(sets), graph_calls=timers["plugin"].calls)
         del timers, sets
     else:
-        times = rounds({arm: (lambda f=f: f(a, b)) for arm, f in arms.items()}, time_ms, n_rounds)
+        times = rounds(calls, time_ms, n_rounds)
         row["timing"] = "do_bench"
     rs = ratios(times, "cublas", "plugin")
     row.update(cublas_ms=median(times["cublas"]), plugin_ms=median(times["plugin"]), ratio=median(rs),

@@ -2,6 +2,7 @@
 kept out of the timing, two versions of the package in one process (ab.py), the model
 clients (models.py). No timing is checked here, only the bookkeeping around it."""
 
+import os
 import pathlib
 import statistics
 import subprocess
@@ -122,7 +123,7 @@ def test_models_compile_rounds_alternate_and_ratios_are_per_round(monkeypatch):
 
     order = []
     seconds = iter([10.0, 13.0, 12.0, 11.0, 9.0, 12.0])
-    monkeypatch.setattr(models, "compile_s", lambda client, arm, device, cold: order.append((arm, cold)) or next(seconds))
+    monkeypatch.setattr(models, "compile_once", lambda client, arm, device, cold: order.append((arm, cold)) or next(seconds))
     cold = models.compile_rounds(None, ["stock", "plugin"], "cpu", 2, cold=True, flip=True)
     assert order == [("plugin", True), ("stock", True), ("stock", True), ("plugin", True)]
     assert cold == {"stock": [13.0, 12.0], "plugin": [10.0, 11.0]}
@@ -154,3 +155,21 @@ def test_anchor_report_names_the_classes_below_inductors_triton():
     assert "2 classes" in lines[0] and "at or above theirs in 1 of 2 classes" in lines[0] and "MISSED" in lines[0]
     assert len(lines) == 2 and "below: b" in lines[1] and "plugin 0.500" in lines[1]
     assert shapes.anchor_report([dict(shape_class="c", ratio=1)]) == []
+
+
+def test_models_cold_plugin_forgets_before_and_keeps_what_the_block_learned(monkeypatch, tmp_path):
+    """A cold compile starts from nothing (decisions, plans, a routing cache folder of its own);
+    the warm compiles after it read the decisions it made."""
+    import models
+
+    from inductor_mm_plugin.inductor import measure
+
+    monkeypatch.setenv("INDUCTOR_MM_PLUGIN_CACHE_DIR", str(tmp_path))
+    measure._MEMORY["before"] = "an old decision"
+    with models.cold_plugin():
+        assert "before" not in measure._MEMORY
+        folder = os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"]
+        assert folder != str(tmp_path) and os.path.isdir(folder)
+        measure._MEMORY["made"] = "a decision of this compile"
+    assert os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] == str(tmp_path)
+    assert measure._MEMORY.pop("made") == "a decision of this compile" and os.path.isdir(folder)

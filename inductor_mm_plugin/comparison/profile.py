@@ -7,10 +7,10 @@ launched (their GPU time, ``kernel_us``): stock's
 (``record_shapes``), and the plugin's extern kernel, which launches from Python and so is
 wrapped, while profiling only, in a range named ``inductor_mm_plugin::<op> <a> <b>``
 (``inductor/lowering.py: profiled_calls``), its kernels found inside the range's GPU-side
-annotation (``attribute``); the plugin's op called eagerly is a dispatcher event of its own. A site is matched by its operand shapes, ``(a, b)`` of ``a @ b``, so
-that stock's addmm split into an mm and a fused bias (Inductor's ``unfuse_bias_add``) still
-meets its site; an event inside another matmul op (the plugin's aten fallback) counts for
-the outer one. Sites of the same shapes share their events' mean. What is not an op event
+annotation (``attribute``); the plugin's op called eagerly is a dispatcher event of its own.
+A site is matched by its operand shapes, ``(a, b)`` of ``a @ b``, so that stock's addmm
+split into an mm and a fused bias (Inductor's ``unfuse_bias_add``) still meets its site; an
+event inside another matmul op (the plugin's aten fallback) counts for the outer one. Sites of the same shapes share their events' mean. What is not an op event
 cannot be attributed: a template kernel (``compete=True``/``False``) or the fused SwiGLU's
 pair, whose rows ``timing.py`` measures instead. The profile runs the steps without CUDA
 graphs; a kernel's GPU time is the same either way.
