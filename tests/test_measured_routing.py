@@ -299,8 +299,10 @@ def test_from_json_refuses_what_is_not_a_measurement():
 def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fresh_state):
     """The sites the shape table answers, those already measured and repeats of one signature
     are not compiled ahead; the rest go to the threads together, on operands of their layout."""
-    # Inductor's config through its own patch(): monkeypatch's undo breaks a config module's
-    # entries on torch 2.13 (compile_threads then "does not exist" for every later compile).
+    # Inductor's config through its own patch(): pytest 9's monkeypatch restores a module's
+    # attribute through its __dict__ (pytest-dev/pytest#10644), where torch's config module
+    # keeps none, so its undo deletes the entry (compile_threads then "does not exist" for
+    # every later compile; torch's advice for mock.patch alike: pytorch/pytorch#140779).
     threads = measure.compat.inductor_config.patch
     monkeypatch.setattr(measure, "_on_cuda", lambda vals: True)  # CPU tensors stand in for CUDA ones
     compiled = []

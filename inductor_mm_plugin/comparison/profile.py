@@ -105,9 +105,10 @@ def kernel_us(event) -> float:
 def attribute(events: Iterable, steps: int, time_of: Callable = kernel_us) -> dict:
     """(runner, key) -> Kernels per step, from profiler op events (``prof.events()``).
 
-    The plugin's Triton kernels launch through the driver (``cuLaunchKernelEx``), which
-    Kineto links to no CPU event: a plugin range's kernels are found on the GPU's side
-    instead, inside the annotation Kineto records for the range there (named like it). Its
+    The plugin's Triton kernels launch through the driver (``cuLaunchKernelEx``, triton 3.6),
+    and on the H200 (torch 2.11) Kineto linked them to no CPU event: its driver-API support
+    (pytorch/kineto#752) links ``cuLaunchKernel``. So a plugin range's kernels are found on
+    the GPU's side instead, inside the annotation Kineto records for the range there (named like it). Its
     CPU range gives the call count, and its time where the trace has no GPU side."""
     events = list(events)
     gpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
