@@ -242,6 +242,8 @@ def _compile_shape(shape):
     out = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=a.dtype)
     try:
         rt.launch(a, b, out, compile_only=True)
+        for flag in (False, True) if shape.get("copy_arms") else ():
+            rt.launch(a, b, out, compile_only=True, copy_unaligned=flag)
     except Exception as e:  # noqa: BLE001 (the timed run compiles again and reports it)
         return f"{shape}: {type(e).__name__}: {str(e)[:200]}"
     return None
@@ -264,9 +266,28 @@ def inductor_triton(a, b):
     return fn, "aten" if "extern_kernels.mm" in "\n".join(codes) else "template"
 
 
-def bench_shape(shape: dict, rt, n_rounds: int, device: str) -> dict:
+def _copy_arms(a, b, rt, rows, tf32) -> tuple[dict, dict]:
+    """Where TMA cannot read the operands in place: the plugin forced to read them in place
+    (the pointer kernel) and forced onto aligned copies (the TMA kernel), each checked against
+    float64 first; (arms, row fields). The data behind ``configs.copies_pay``."""
+    out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+    arms, fields = {}, {}
+    for arm, flag in (("in_place", False), ("copied", True)):
+        poisoned = torch.full_like(out, float("nan"))
+        plan = rt.launch(a, b, poisoned, copy_unaligned=flag)
+        fields[f"{arm}_config"] = config_name(plan.cfg)
+        bad = matmul_error(poisoned, a, b, tf32=tf32, rows=rows)
+        if bad:
+            fields[f"{arm}_err"] = bad
+        else:
+            arms[arm] = lambda x, y, flag=flag: rt.launch(x, y, out, copy_unaligned=flag)
+    return arms, fields
+
+
+def bench_shape(shape: dict, rt, n_rounds: int, device: str, copy_arms: bool = False) -> dict:
     """One JSONL row: the float64 check, then the implementations in rounds: cuBLAS, the
-    plugin, and on shapes marked ``inductor`` Inductor's Triton templates."""
+    plugin, on shapes marked ``inductor`` Inductor's Triton templates, and with ``copy_arms``
+    on unaligned shapes the plugin reading in place and reading aligned copies."""
     M, N, K, layout = shape["M"], shape["N"], shape["K"], shape["layout"]
     tf32 = shape["dtype"] == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -286,6 +307,8 @@ def bench_shape(shape: dict, rt, n_rounds: int, device: str) -> dict:
         err = err or matmul_error(out, a, b, tf32=tf32, rows=rows)
     fallback = [str(w.message)[:200] for w in caught if type(w.message).__name__ == "KernelFallbackWarning"]
     row.update(config=config_name(getattr(plan, "cfg", None)), kernel=getattr(getattr(plan, "cfg", None), "kernel", None))
+    if any(getattr(plan, "copies", ())):
+        row["copies"] = "".join(n for n, c in zip("ab", plan.copies) if c)
     if fallback:
         row["fallback"] = fallback[0]
     if err:
@@ -305,6 +328,10 @@ def bench_shape(shape: dict, rt, n_rounds: int, device: str) -> dict:
             row["inductor_triton_err"] = bad
         else:
             arms["inductor_triton"] = fn
+    if copy_arms and device == "cuda":
+        extra, fields = _copy_arms(a, b, rt, rows, tf32)
+        arms.update(extra)
+        row.update(fields)
     calls = {arm: (lambda f=f: f(a, b)) for arm, f in arms.items()}
     if device != "cuda":  # a dry run: the logic, not the numbers
         t = lambda fn: median([_wall_ms(fn) for _ in range(3)])  # noqa: E731
@@ -327,6 +354,9 @@ def bench_shape(shape: dict, rt, n_rounds: int, device: str) -> dict:
         row.update(inductor_triton_ms=median(times["inductor_triton"]),
                    inductor_triton_ratio=median(ratios(times, "cublas", "inductor_triton")),
                    plugin_vs_inductor_triton=median(ratios(times, "inductor_triton", "plugin")))  # fmt: skip
+    for arm in ("in_place", "copied"):
+        if arm in times:
+            row.update({f"{arm}_ms": median(times[arm]), f"{arm}_ratio": median(ratios(times, "cublas", arm))})
     return row
 
 
@@ -431,6 +461,9 @@ def main(argv=None):
     p.add_argument("--inductor-n", type=int, default=12,
                    help="shapes per suite also timed with Inductor's Triton templates (max-autotune, TRITON only; "
                         "a compile of 10-30 s each); 0: none")  # fmt: skip
+    p.add_argument("--copy-arms", action="store_true",
+                   help="on unaligned shapes also time the plugin reading the operands in place and reading aligned "
+                        "copies (the data behind configs.copies_pay)")  # fmt: skip
     p.add_argument("--tf32", action="store_true", help="also fp32 with TF32, row-major B, 4096^3 (target >= 0.90)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a dry run through Triton's interpreter on tiny shapes (the logic, not the numbers)")
@@ -471,6 +504,9 @@ def main(argv=None):
         mine = [s for s in todo if s["suite"] == suite]
         for i in range(min(args.inductor_n, len(mine))):
             mine[i * len(mine) // args.inductor_n]["inductor"] = True
+    for s in todo:
+        if args.copy_arms and not is_aligned(s["N"], s["K"], s["dtype"], s["M"] if s["layout"].startswith("t_") else None):
+            s["copy_arms"] = True
     if args.list:
         for s in todo:
             print(s)
@@ -493,7 +529,7 @@ def main(argv=None):
     for i, shape in enumerate(todo):
         torch.manual_seed(seed + i)
         try:
-            row = bench_shape(shape, rt, args.rounds, args.device)
+            row = bench_shape(shape, rt, args.rounds, args.device, copy_arms=shape.get("copy_arms", False))
         except Exception as e:  # noqa: BLE001 (one shape's failure is a row, not the end of the run)
             row = dict(shape, err=f"{type(e).__name__}: {str(e)[:300]}", ratio=None)
         row["suite"], row["seed"] = shape["suite"], shape["seed"]

@@ -11,7 +11,7 @@ Pure arithmetic on shapes: nothing here touches torch or a GPU, so it is tested 
 Where a matmul runs at all (plugin or stock) is the routing pass's decision, in inductor/.
 """
 
-from .eager import candidate_configs, heuristic_config, skinny_config, skinny_cost_us
+from .eager import candidate_configs, copies_pay, heuristic_config, skinny_config, skinny_cost_us
 from .hopper import INTERPRETER_NUM_SMS, SKINNY_MAX_M
 from .space import (
     DEFAULT_NUM_SMS,
@@ -28,6 +28,6 @@ from .space import (
 
 __all__ = [
     "DEFAULT_NUM_SMS", "INTERPRETER_NUM_SMS", "SKINNY_MAX_M", "SMEM_LIMIT_BYTES", "MatmulConfig", "Problem",
-    "batch_fits", "candidate_configs", "fits", "heuristic_config", "k_per_split", "persistent_programs",
+    "batch_fits", "candidate_configs", "copies_pay", "fits", "heuristic_config", "k_per_split", "persistent_programs",
     "skinny_config", "skinny_cost_us", "smem_bytes", "work_items",
 ]  # fmt: skip

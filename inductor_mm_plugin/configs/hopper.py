@@ -126,6 +126,24 @@ PTR_CANDIDATES = [
     )
 ]  # fmt: skip
 
+# ------------------------------------------------ unaligned operands: aligned copies or not
+# An operand whose rows are not 16 bytes apart keeps the TMA kernel out; a copy of it with
+# padded rows (runtime/layout.aligned) lets it back in, at one read and one write of that
+# operand. The pointer kernel reads in place but has no split-K and, with one odd size,
+# loads one element at a time. Random suite at 1aa3967 (bench/results/shapes.jsonl), pointer
+# kernel against cuBLAS: K >= 2500 or fewer 64 x 128 tiles than SMs 0.05-0.6 (230x271x19224
+# 0.046, 14291x348x18752 0.46); short K with many tiles 0.9-1.66 (416x14816x1018 1.66).
+# The copy pays (eager.copies_pay) from this K, or below a wave of pointer tiles,
+COPY_FROM_K = 2048
+# while the copy's estimated time is at most this share of the matmul's floor (copy
+# bandwidth ~3 TB/s read plus write, a fixed cost per copy kernel in us).
+COPY_MAX_SHARE = 2.0
+COPY_BYTES_PER_US = 3.0e6
+COPY_FIXED_US = 2.0
+# The floor: bf16 dense peak and HBM bandwidth in FLOP and bytes per us.
+PEAK_FLOP_PER_US = 700e6
+HBM_BYTES_PER_US = 4.0e6
+
 # ------------------------------------------------------------------ Inductor's templates
 # The pointer template's configs (its own heuristic; templates.pointer_template_configs).
 TEMPLATE_PTR_FP32 = MatmulConfig("ptr", 128, 128, 32, 8, 8, 3)

@@ -26,7 +26,7 @@ import threading
 import torch
 import triton
 
-from ..configs import MatmulConfig, batch_fits, candidate_configs, heuristic_config
+from ..configs import MatmulConfig, batch_fits, candidate_configs, copies_pay, heuristic_config
 from ..interpreter import interpreting
 from . import direct, tuning
 from .checks import (
@@ -40,7 +40,16 @@ from .checks import (
     warn_fallback,
 )
 from .device import device_guard
-from .layout import bias_mode, input_precision, problem, tf32_a_from_registers, tf32_enabled, tma_layout
+from .layout import (
+    aligned,
+    bias_mode,
+    input_precision,
+    problem,
+    tf32_a_from_registers,
+    tf32_enabled,
+    tma_layout,
+    unaligned_operands,
+)
 from .plan import Flags, Plan, ready_for_threads
 
 log = logging.getLogger(__name__)
@@ -78,36 +87,41 @@ def _tuning_cache(device: torch.device) -> tuning.TuningCache:
     return cache
 
 
-def _time_config(prob, cfg, layout, flags, a, b, out, bias, alpha, beta) -> float:
+def _time_config(prob, cfg, layout, flags, a, b, out, bias, alpha, beta, copies=(False, False)) -> float:
     import triton.testing
 
-    plan = Plan(prob, cfg, layout, flags, a.device)
+    plan = Plan(prob, cfg, layout, flags, a.device, copies)
     run = lambda: plan.launch(a, b, out, bias, alpha, beta)  # noqa: E731
     run()  # compile outside the timed region
     return triton.testing.do_bench(run, warmup=5, rep=25, return_mode="median")
 
 
-def _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune: bool) -> MatmulConfig:
+def _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune: bool, copies=(False, False)) -> MatmulConfig:
+    """The config: the heuristic's, or the autotuner's (timed with the copies a plan makes)."""
     heuristic = heuristic_config(prob, interpreting())
     if not autotune or interpreting():
         return heuristic
     cache = _tuning_cache(a.device)
+    bucket = prob.bucket() + ("|copies" if any(copies) else "")
     if torch.cuda.is_current_stream_capturing():
         # No timing inside a graph capture: a bucket tuned before (warmup) or the heuristic.
-        return cache.get(prob.bucket()) or heuristic
-    time_fn = lambda cfg: _time_config(prob, cfg, layout, flags, a, b, out, bias, alpha, beta)  # noqa: E731
-    return tuning.autotune(prob.bucket(), candidate_configs(prob), time_fn, cache)
+        return cache.get(bucket) or heuristic
+    time_fn = lambda cfg: _time_config(prob, cfg, layout, flags, a, b, out, bias, alpha, beta, copies)  # noqa: E731
+    return tuning.autotune(bucket, candidate_configs(prob), time_fn, cache)
 
 
 # ------------------------------------------------------------------------------ launch
 
 
-def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=None, compile_only=False) -> Plan:
+def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=None, compile_only=False,
+           copy_unaligned=None) -> Plan:  # fmt: skip
     """out = alpha * a @ b (+ beta * bias) on 2-D or 3-D (batched) views; returns the plan used.
 
     ``bias``, when given, is already expanded to ``out``'s shape (stride 0 where broadcast).
     ``config`` forces a config (benchmarks, tests); ``compile_only`` compiles without
-    launching (parallel precompilation). No checks here: callers validate first.
+    launching (parallel precompilation); ``copy_unaligned`` forces (True) or forbids (False)
+    running a matrix whose operands TMA cannot read on aligned copies of them, which the
+    selector otherwise decides (``configs.copies_pay``). No checks here: callers validate first.
     """
     if a.dim() == 3 and a.shape[0] == 1:
         # One matrix: 2-D views, which the TMA kernel can take.
@@ -121,6 +135,7 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
         config,
         # Triton specializes pointer arguments on 16-byte alignment.
         a.data_ptr() % 16, b.data_ptr() % 16, out.data_ptr() % 16, bias.data_ptr() % 16 if has_bias else 0,
+        copy_unaligned,
     )  # fmt: skip
     plan = _PLANS.get(key)
     interpreter_bf16 = interpreting() and a.dtype == torch.bfloat16
@@ -131,7 +146,7 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
     with device_guard(a.device), _interpreter_lock():
         if plan is None:
             plan = _plan(a, b, kernel_out, bias if has_bias else None, alpha, beta, autotune, config,
-                         interpreter_bf16)  # fmt: skip
+                         interpreter_bf16, copy_unaligned)  # fmt: skip
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
             _PLANS[key] = plan
@@ -144,7 +159,7 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
     return plan
 
 
-def _plan(a, b, out, bias, alpha, beta, autotune, config, interpreter_bf16) -> Plan:
+def _plan(a, b, out, bias, alpha, beta, autotune, config, interpreter_bf16, copy_unaligned=None) -> Plan:
     has_bias = bias is not None
     flags = Flags(has_bias=has_bias, bias_mode=bias_mode(bias) if has_bias else "mn", scale_acc=alpha != 1,
                   input_precision=input_precision(a.dtype), interpreter_bf16=interpreter_bf16)  # fmt: skip
@@ -154,13 +169,50 @@ def _plan(a, b, out, bias, alpha, beta, autotune, config, interpreter_bf16) -> P
         layout = None
     prob = problem(a, b, out, layout, has_bias, flags.input_precision)
     if config is not None:
+        # A forced TMA config copies only when asked to (copy_unaligned=True); else the error below.
+        plan = _copies(a, b, out, bias, flags, prob, config, copy_unaligned) if copy_unaligned and layout is None else None
+        if plan is not None:
+            return plan
         cfg = config
         if cfg.kernel == "tma" and (layout is None or not batch_fits(prob, cfg)):
             raise ValueError(f"config {cfg.short()} needs TMA-compatible operands (16-byte aligned rows, "
                              "batches stacked; not TF32 with an M-major A and a K-major B)")
-    else:
-        cfg = _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune)
+        return Plan(prob, cfg, layout if cfg.kernel == "tma" else None, flags, a.device)
+    if layout is None and copy_unaligned is not False:
+        plan = _copies(a, b, out, bias, flags, prob, None, copy_unaligned, autotune, alpha, beta)
+        if plan is not None:
+            return plan
+    cfg = _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune)
     return Plan(prob, cfg, layout if cfg.kernel == "tma" else None, flags, a.device)
+
+
+def _copies(a, b, out, bias, flags, prob, config, copy_unaligned, autotune=False, alpha=1.0, beta=1.0):
+    """The plan that runs the TMA kernel on aligned copies of the operands TMA cannot read in
+    place (layout.aligned), where that is allowed and chosen: forced (``copy_unaligned``, with
+    a TMA ``config`` or the heuristic's), or paying by the selector's estimate; else None."""
+    if copy_unaligned is False or (config is not None and config.kernel != "tma"):
+        return None
+    need = unaligned_operands(a, b)
+    if need is None:
+        return None
+    a2 = aligned(a, copy=False) if need[0] else a
+    b2 = aligned(b, copy=False) if need[1] else b
+    layout = tma_layout(a2, b2, out)
+    if layout is None or tf32_a_from_registers(layout.a_kmajor, layout.b_kmajor, flags.input_precision):
+        return None
+    packed = problem(a2, b2, out, layout, bias is not None, flags.input_precision)
+    copied = sum(t.numel() * t.element_size() for t, n in zip((a, b), need) if n)
+    if config is None and not (copy_unaligned or copies_pay(prob, packed, copied)):
+        return None
+    if config is not None:
+        cfg = config
+    elif autotune and not interpreting():
+        cfg = _choose(packed, layout, flags, a, b, out, bias, alpha, beta, autotune, copies=need)
+    else:
+        cfg = heuristic_config(packed, interpreting())
+    if cfg.kernel != "tma":
+        return None
+    return Plan(packed, cfg, layout, flags, a.device, copies=need)
 
 
 # Triton's interpreter is not thread-safe: while a kernel runs it patches triton.language's

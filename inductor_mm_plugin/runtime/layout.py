@@ -125,6 +125,32 @@ def tma_layout(a, b, out) -> TmaLayout | None:
     return TmaLayout(ta[0], ta[1], tb[0], tb[1], c_tma, tc[1] if c_tma else out.stride(-2))
 
 
+def unaligned_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool] | None:
+    """Which of a single matrix product's operands TMA cannot read in place, when an aligned
+    copy of them (``aligned``) would let the TMA kernel take the call: (copy A, copy B), or
+    None (both readable already, or no copy helps: no TMA, a batch, K == 0)."""
+    if a.dim() != 2 or a.shape[1] == 0 or _device.no_tma_reason(a.device) is not None:
+        return None
+    M, K = a.shape
+    elem = a.element_size()
+    need_a = _tma_operand(M, K, *a.stride(), elem, a.data_ptr(), True) is None
+    need_b = _tma_operand(K, b.shape[1], *b.stride(), elem, b.data_ptr(), False) is None
+    return (need_a, need_b) if need_a or need_b else None
+
+
+def aligned(t: torch.Tensor, copy: bool = True) -> torch.Tensor:
+    """A matrix in its own storage order (column-major stays column-major, anything else
+    becomes row-major) with 16-byte aligned rows: the leading stride rounded up, the padding
+    never read. ``copy=False`` leaves it uninitialized (a stand-in to plan with)."""
+    rows, cols = t.shape
+    step = _TMA_ALIGN // t.element_size()
+    if t.stride(0) == 1 and t.stride(1) != 1 and rows > 1:
+        out = torch.empty_strided((rows, cols), (1, -(-rows // step) * step), dtype=t.dtype, device=t.device)
+    else:
+        out = torch.empty_strided((rows, cols), (-(-cols // step) * step, 1), dtype=t.dtype, device=t.device)
+    return out.copy_(t) if copy else out
+
+
 def pointer_kernel_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
     """Why operands laid out like ``a`` and ``b`` would take the pointer kernel rather than
     the TMA kernel, or None. Judged from the device, shapes, strides and storage offsets

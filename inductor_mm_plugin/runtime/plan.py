@@ -21,7 +21,7 @@ from ..kernels.matmul import _matmul_kernel
 from ..kernels.matmul_tma import _matmul_kernel_tma
 from . import direct, split_k
 from .device import device_guard, raw_stream
-from .layout import TmaLayout, pointer_kernel_divisor
+from .layout import TmaLayout, aligned, pointer_kernel_divisor
 
 
 class Flags(NamedTuple):
@@ -58,11 +58,14 @@ class Plan:
     """One call signature's kernel, config, grid and (after the first launch) compiled kernel."""
 
     __slots__ = ("cfg", "problem", "layout", "flags", "grid", "num_tiles", "compiled", "device", "consts", "mid",
-                 "c_tma", "descs", "raw", "encoded")  # fmt: skip
+                 "c_tma", "descs", "raw", "encoded", "copies")  # fmt: skip
 
     def __init__(self, problem: Problem, cfg: MatmulConfig, layout: TmaLayout | None, flags: Flags,
-                 device: torch.device):  # fmt: skip
+                 device: torch.device, copies: tuple[bool, bool] = (False, False)):  # fmt: skip
         self.problem, self.cfg, self.layout, self.flags, self.device = problem, cfg, layout, flags, device
+        # (A, B): operands TMA cannot read in place, copied with aligned rows at every call
+        # (layout.aligned) before the TMA kernel runs; the layout is the copies'.
+        self.copies = copies
         self.compiled = None
         self.mid = None  # the per-plan arguments, once the first call's tensors are seen
         self.descs = None
@@ -160,9 +163,18 @@ class Plan:
                          device=self.device)  # fmt: skip
         return ws, split_k.counters(self.device, self.num_tiles, stream)
 
+    def operands(self, a, b, copy: bool = True):
+        """The operands the kernel reads: ``a`` and ``b``, or their aligned copies (``copies``)."""
+        if self.copies[0]:
+            a = aligned(a, copy)
+        if self.copies[1]:
+            b = aligned(b, copy)
+        return a, b
+
     def launch(self, a, b, out, bias, alpha, beta) -> None:
         """Launch on tensors: the first time through Triton's JIT, then directly."""
-        if self.compiled is not None and direct.usable() and self.launch_direct(a, b, out, bias, alpha, beta):
+        a, b = self.operands(a, b)
+        if self.compiled is not None and direct.usable() and self._launch_direct(a, b, out, bias, alpha, beta):
             return
         args = self.args(a, b, out, bias, alpha, beta)
         compiled = self.kernel[self.grid](*args, num_warps=self.cfg.num_warps, num_stages=self.cfg.num_stages)
@@ -173,7 +185,7 @@ class Plan:
         """Compile without launching, and load the kernel: its binary into the CUDA context and
         its launcher built, which Triton otherwise does on the first launch (``_init_handles``,
         triton 3.6 compiler/compiler.py; building a TMA kernel's launcher takes about 0.1 s)."""
-        args = self.args(a, b, out, bias, 1.0, 1.0)
+        args = self.args(*self.operands(a, b, copy=False), out, bias, 1.0, 1.0)
         compiled = self.kernel.warmup(*args, grid=self.grid, num_warps=self.cfg.num_warps,
                                       num_stages=self.cfg.num_stages)  # fmt: skip
         load = getattr(compiled, "_init_handles", None)
@@ -181,6 +193,10 @@ class Plan:
             load()
 
     def launch_direct(self, a, b, out, bias, alpha, beta) -> bool:
+        """``_launch_direct`` on the operands the kernel reads (their copies, where it copies)."""
+        return self._launch_direct(*self.operands(a, b), out, bias, alpha, beta)
+
+    def _launch_direct(self, a, b, out, bias, alpha, beta) -> bool:
         """Launch through the compiled kernel's launcher, pointers as integers.
 
         Triton's own launch (JITFunction.run, triton 3.6 runtime/jit.py) ends in this same
