@@ -123,20 +123,15 @@ def _few_tiles(p: Problem) -> MatmulConfig:
     return deepest(cfg, p.elem_bytes, 4)
 
 
-def copies_pay(p: Problem, copied: Problem, copied_bytes: int) -> bool:
-    """Whether the TMA kernel on aligned copies of the unaligned operands (``copied``, the
-    problem it then solves, ``copied_bytes`` the bytes copied) is expected to beat the pointer
-    kernel reading them in place (``p``): a long K or too few tiles for the pointer kernel,
-    and a copy cheap next to the matmul itself (hopper.py, "unaligned operands")."""
-    if not copied.tma or p.batch != 1:
+def copies_pay(copied: Problem, b_bytes: int) -> bool:
+    """Whether the TMA kernel on aligned copies of the unaligned operands (``copied``: the
+    problem it then solves; ``b_bytes``: the bytes of B copied, 0 if B is read in place) is
+    expected to beat the pointer kernel reading them in place: everywhere the TMA kernel
+    takes the copies, except a skinny product's weight too large for the copy to be read back
+    from the L2 (hopper.py, "unaligned operands")."""
+    if not copied.tma or copied.batch != 1:
         return False
-    if p.K < H.COPY_FROM_K and tiles(p, 64, 128) >= p.num_sms:
-        return False
-    flops = 2 * p.M * p.N * p.K
-    moved = (p.M * p.K + p.K * p.N + p.M * p.N) * p.elem_bytes
-    floor_us = max(flops / H.PEAK_FLOP_PER_US, moved / H.HBM_BYTES_PER_US)
-    copy_us = H.COPY_FIXED_US + 2 * copied_bytes / H.COPY_BYTES_PER_US
-    return copy_us <= H.COPY_MAX_SHARE * floor_us
+    return not (copied.M <= H.SKINNY_MAX_M and b_bytes >= H.COPY_SKINNY_B_MAX_BYTES)
 
 
 # ----------------------------------------------------------------------------- skinny

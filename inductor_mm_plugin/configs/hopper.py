@@ -129,20 +129,17 @@ PTR_CANDIDATES = [
 # ------------------------------------------------ unaligned operands: aligned copies or not
 # An operand whose rows are not 16 bytes apart keeps the TMA kernel out; a copy of it with
 # padded rows (runtime/layout.aligned) lets it back in, at one read and one write of that
-# operand. The pointer kernel reads in place but has no split-K and, with one odd size,
-# loads one element at a time. Random suite at 1aa3967 (bench/results/shapes.jsonl), pointer
-# kernel against cuBLAS: K >= 2500 or fewer 64 x 128 tiles than SMs 0.05-0.6 (230x271x19224
-# 0.046, 14291x348x18752 0.46); short K with many tiles 0.9-1.66 (416x14816x1018 1.66).
-# The copy pays (eager.copies_pay) from this K, or below a wave of pointer tiles,
-COPY_FROM_K = 2048
-# while the copy's estimated time is at most this share of the matmul's floor (copy
-# bandwidth ~3 TB/s read plus write, a fixed cost per copy kernel in us).
-COPY_MAX_SHARE = 2.0
-COPY_BYTES_PER_US = 3.0e6
-COPY_FIXED_US = 2.0
-# The floor: bf16 dense peak and HBM bandwidth in FLOP and bytes per us.
-PEAK_FLOP_PER_US = 700e6
-HBM_BYTES_PER_US = 4.0e6
+# operand. The pointer kernel reads in place but has no split-K and, with one odd size, loads
+# one element at a time. `bench/shapes.py --suite random --n 240 --copy-arms` at 799cc69
+# (seed 1280900600, bench/results/shapes.jsonl): on the 96 unaligned shapes where the two
+# differ, cuBLAS / plugin geomean 0.571 reading in place, 1.107 always copying, 1.252 taking
+# the better of the two per shape. The copy loses where it is the weight of a skinny product
+# and too large to stay in the L2 for the matmul to read back: reading it once in place beats
+# reading it three times (16x29502x14630 1.21 in place against 0.31 copied, 20x11746x29088
+# 0.93 against 0.28, 8x8408x9983 0.95 against 0.47). Copying everywhere else: geomean 1.157.
+# So no copy of B (eager.copies_pay) from this many bytes when M <= SKINNY_MAX_M: half the
+# H200's 60 MB L2.
+COPY_SKINNY_B_MAX_BYTES = 30 * 10**6
 
 # ------------------------------------------------------------------ Inductor's templates
 # The pointer template's configs (its own heuristic; templates.pointer_template_configs).

@@ -1,0 +1,180 @@
+"""The sweep behind the selector's table (issue 31): drawn shapes x a grid of configs, GPU time.
+
+    python bench/sweep_selector.py --draw random --n 150 --seed 7 --out DIR   # resumes DIR/selector.jsonl
+    python bench/sweep_selector.py --draw models --n 120 --seed 7 --out DIR
+    python bench/sweep_selector.py --device cpu --draw random --n 2 --out DIR  # a dry run (interpreter)
+
+Shapes are drawn, not listed: ``random`` from ``shapes.random_shapes`` (the random suite's
+distribution, bf16), ``models`` a sample of ``shapes.model_shapes``; the seed is recorded and a
+rerun with the same ``--seed`` and ``--out`` skips the shapes already in the file, so a sweep
+cut short by a 10-minute device call resumes where it stopped. Unaligned shapes run every
+config on aligned copies (``copy_unaligned=True``), the path the runtime takes for them.
+
+Per shape: every config of ``GRID`` (or the skinny grid, M <= 128) that fits, checked against
+float64 into a NaN-poisoned output, then cuBLAS, the default op and every config in
+``--rounds`` interleaved rounds (order reversed each round): CUDA graphs cycling through
+operand sets beyond the L2 where the shape's floor is under 50 us, ``do_bench`` above.
+One JSONL row per shape: date, commit, GPU, torch, triton, seed, index, M, N, K, layout,
+cublas_ms, default_ms, default_config, and ``results`` (config, ms, ratio to cuBLAS).
+``configs/selector.py`` is fitted from these rows (``--fit``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import random
+import sys
+
+if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1 :][:1] == ["cpu"]:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the package defines its kernels
+
+import torch
+from _timing import (
+    GraphTimer, add_common_args, append_jsonl, config_name, dtype_of, make_operands, matmul_error, median,
+    plugin_runtime, precompile, ratios, read_jsonl, rotating, rotation, rounds, run_meta, time_ms,
+)  # fmt: skip
+from shapes import GRAPH_BELOW_US, _floor_us, model_shapes, random_shapes
+from sweep_configs import T, _skinny_configs
+
+from inductor_mm_plugin.configs import fits
+from inductor_mm_plugin.configs.space import useful_split
+from inductor_mm_plugin.inductor.shape_table import is_aligned
+
+# Above the skinny range: the tiles the tables hold, each unsplit and split.
+GRID = [
+    T(128, 256, 64, 8, 8, 3, flat=True),
+    T(128, 256, 64, 8, 8, 3, sub=True, flat=True),
+    T(256, 128, 64, 8, 8, 3, sub=True, flat=True),
+    T(128, 128, 64, 8, 8, 4, sub=True, flat=True),
+    T(128, 128, 128, 8, 8, 3, sub=True, flat=True),
+    T(128, 128, 64, 8, 4, 4, flat=True),
+    T(128, 64, 64, 8, 4, 4, flat=True),
+    T(64, 128, 64, 8, 4, 4, flat=True),
+    T(64, 64, 64, 8, 4, 4, flat=True),
+    T(128, 256, 64, 8, 8, 3, 2, sub=True),
+    T(128, 128, 64, 8, 8, 4, 2, sub=True),
+    T(128, 128, 64, 8, 8, 4, 4, sub=True),
+    T(128, 128, 64, 8, 8, 4, 8, sub=True),
+    T(128, 64, 64, 8, 4, 4, 2),
+    T(128, 64, 64, 8, 4, 4, 4),
+    T(64, 128, 64, 8, 4, 4, 2),
+    T(64, 64, 64, 8, 4, 4, 2),
+    T(64, 64, 64, 8, 4, 4, 4),
+    T(64, 64, 64, 8, 4, 4, 8),
+]  # fmt: skip
+
+
+def configs_for(M: int, N: int, K: int) -> list:
+    grid = _skinny_configs(M) if M <= 128 else GRID
+    return [c for c in grid if fits(c, 2) and useful_split(K, c.block_k, c.split_k)]
+
+
+def drawn(kind: str, n: int, seed: int) -> list[dict]:
+    if kind == "random":
+        shapes = [dict(s, dtype="bf16") for s in random_shapes(n, seed)]
+    else:
+        pool = model_shapes()
+        shapes = random.Random(seed).sample(pool, min(n, len(pool)))
+    return [dict(s, draw=kind, seed=seed, index=i) for i, s in enumerate(shapes)]
+
+
+def _aligned(s) -> bool:
+    return is_aligned(s["N"], s["K"], s["dtype"], s["M"] if s["layout"].startswith("t_") else None)
+
+
+def _launch_kw(s) -> dict:
+    return {} if _aligned(s) else {"copy_unaligned": True}
+
+
+def _compile(task):
+    s, cfg = task
+    try:
+        a, b = make_operands(s["M"], s["N"], s["K"], dtype_of(s["dtype"]), s["layout"], fill=False)
+        out = torch.empty(s["M"], s["N"], device="cuda", dtype=a.dtype)
+        plugin_runtime().launch(a, b, out, config=cfg, compile_only=True, **_launch_kw(s))
+        return None
+    except Exception as e:  # noqa: BLE001 (the timed run reports it per config)
+        return f"{s['M']}x{s['N']}x{s['K']} {s['layout']} {config_name(cfg)}: {type(e).__name__}: {str(e)[:200]}"
+
+
+def sweep_shape(s: dict, n_rounds: int, device: str) -> dict:
+    rt = plugin_runtime()
+    M, N, K = s["M"], s["N"], s["K"]
+    a, b = make_operands(M, N, K, dtype_of(s["dtype"]), s["layout"], device=device)
+    kw = _launch_kw(s)
+    op = torch.ops.inductor_mm_plugin.mm
+    default = rt.launch(a, b, torch.empty(M, N, device=device, dtype=a.dtype))
+    fns = {"cublas": torch.mm, "default": op}
+    results = {}
+    for cfg in configs_for(M, N, K):
+        name = cfg.short()
+        out = torch.full((M, N), float("nan"), device=device, dtype=a.dtype)
+        try:
+            rt.launch(a, b, out, config=cfg, **kw)
+            wrong = matmul_error(out, a, b)
+        except Exception as e:  # noqa: BLE001 (a config that fails is a result)
+            wrong = f"{type(e).__name__}: {str(e)[:200]}"
+        results[name] = dict(config=name, error=wrong) if wrong else dict(config=name)
+        if not wrong:
+            fns[name] = lambda x, y, cfg=cfg, out=out: rt.launch(x, y, out, config=cfg, **kw)
+    if device != "cuda":
+        times = rounds({k: (lambda f=f: f(a, b)) for k, f in fns.items()}, lambda fn: (fn(), 1.0)[1], n_rounds)
+        timing = "none (cpu)"
+    elif _floor_us(M, N, K, 2) < GRAPH_BELOW_US:
+        more = rotation((M * K + K * N + M * N) * 2) - 1
+        sets = [(a, b)] + [make_operands(M, N, K, a.dtype, s["layout"]) for _ in range(more)]
+        timers = {k: GraphTimer(rotating(f, sets)) for k, f in fns.items()}
+        times = rounds(timers, lambda timer: timer(), n_rounds)
+        timing = "cudagraph"
+        del timers, sets
+    else:
+        times = rounds({k: (lambda f=f: f(a, b)) for k, f in fns.items()}, time_ms, n_rounds)
+        timing = "do_bench"
+    for name, r in results.items():
+        if name in times:
+            r.update(ms=median(times[name]), ratio=median(ratios(times, "cublas", name)))
+    return dict(s, aligned=_aligned(s), timing=timing, cublas_ms=median(times["cublas"]),
+                default_ms=median(times["default"]), default_ratio=median(ratios(times, "cublas", "default")),
+                default_config=config_name(default.cfg), results=list(results.values()))  # fmt: skip
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--draw", choices=["random", "models"], default="random")
+    p.add_argument("--n", type=int, default=150, help="shapes drawn (default 150)")
+    p.add_argument("--seed", type=int, required=True, help="the draw's seed (a rerun with it resumes)")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    add_common_args(p, "selector.jsonl", rounds=3, jobs=True)
+    args = p.parse_args(argv)
+    import inductor_mm_plugin  # noqa: F401  (registers the ops)
+
+    jsonl = pathlib.Path(args.out) / "selector.jsonl"
+    done = {(r.get("draw"), r.get("seed"), r.get("index")) for r in read_jsonl(jsonl)} if jsonl.exists() else set()
+    todo = [s for s in drawn(args.draw, args.n, args.seed) if (s["draw"], s["seed"], s["index"]) not in done]
+    if args.device == "cpu":
+        todo = [dict(s, M=min(s["M"], 40), N=min(s["N"], 48), K=min(s["K"], 64)) for s in todo]
+    print(f"{args.draw} seed {args.seed}: {len(todo)} shapes to sweep ({len(done)} in {jsonl})", flush=True)
+    meta = run_meta(args.commit)
+    if args.device == "cuda":
+        # One compile per kernel specialization (Triton's: integers equal to 1 or divisible by 16).
+        spec = lambda x: 1 if x == 1 else 16 if x % 16 == 0 else 0  # noqa: E731
+        tasks = {(s["layout"], _aligned(s), c, *map(spec, (s["M"], s["N"], s["K"]))): (s, c)
+                 for s in todo for c in configs_for(s["M"], s["N"], s["K"])}  # fmt: skip
+        tasks = list(tasks.values())
+        for e in [e for e in precompile(tasks, _compile, args.jobs) if e][:10]:
+            print("  compile failed:", e, flush=True)
+    for s in todo:
+        row = sweep_shape(s, args.rounds, args.device)
+        append_jsonl(jsonl, [row], meta)  # each shape at once: a cut-short call keeps its rows
+        ok = [r for r in row["results"] if r.get("ratio")]
+        best = max(ok, key=lambda r: r["ratio"]) if ok else {}
+        print(f"{s['index']:4d} {s['M']:6d}x{s['N']:6d}x{s['K']:6d} {s['layout']:8s} default {row['default_ratio']:.3f} "
+              f"[{row['default_config']}] best {best.get('ratio', 0):.3f} [{best.get('config')}]", flush=True)  # fmt: skip
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
