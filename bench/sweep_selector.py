@@ -2,6 +2,7 @@
 
     python bench/sweep_selector.py --draw random --n 150 --seed 7 --out DIR   # resumes DIR/selector.jsonl
     python bench/sweep_selector.py --draw models --n 120 --seed 7 --out DIR
+    python bench/sweep_selector.py --fit DIR/selector.jsonl ...                # the table, from the rows
     python bench/sweep_selector.py --device cpu --draw random --n 2 --out DIR  # a dry run (interpreter)
 
 Shapes are drawn, not listed: ``random`` from ``shapes.random_shapes`` (the random suite's
@@ -16,12 +17,14 @@ float64 into a NaN-poisoned output, then cuBLAS, the default op and every config
 operand sets beyond the L2 where the shape's floor is under 50 us, ``do_bench`` above.
 One JSONL row per shape: date, commit, GPU, torch, triton, seed, index, M, N, K, layout,
 cublas_ms, default_ms, default_config, and ``results`` (config, ms, ratio to cuBLAS).
-``configs/selector.py`` is fitted from these rows (``--fit``).
+``--fit`` writes ``configs/tables/NVIDIA_H200.json`` from these rows: per config, the
+coefficients of ``configs/selector.py``'s time estimate, with the sweep's provenance.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import random
@@ -38,9 +41,11 @@ from _timing import (
 from shapes import GRAPH_BELOW_US, _floor_us, model_shapes, random_shapes
 from sweep_configs import T, _skinny_configs
 
-from inductor_mm_plugin.configs import fits
+from inductor_mm_plugin.configs import fits, selector
 from inductor_mm_plugin.configs.space import useful_split
 from inductor_mm_plugin.inductor.shape_table import is_aligned
+
+TABLE = pathlib.Path(selector.__file__).parent / "tables" / "NVIDIA_H200.json"
 
 # Above the skinny range: the tiles the tables hold, each unsplit and split.
 GRID = [
@@ -140,14 +145,70 @@ def sweep_shape(s: dict, n_rounds: int, device: str) -> dict:
                 default_config=config_name(default.cfg), results=list(results.values()))  # fmt: skip
 
 
+def _fit_nonnegative(X, y):
+    """Least squares on relative error, ``min sum(((X c - y) / y)^2)``, with every coefficient
+    at least 0 (no config may be estimated to take negative time): a feature whose coefficient
+    comes out negative is dropped and the rest fitted again."""
+    import numpy as np
+
+    keep = list(range(X.shape[1]))
+    while True:
+        sub, *_ = np.linalg.lstsq(X[:, keep] / y[:, None], np.ones(len(y)), rcond=None)
+        if (sub >= 0).all():
+            coef = np.zeros(X.shape[1])
+            coef[keep] = sub
+            return coef
+        keep.pop(int(np.argmin(sub)))
+
+
+def fit(rows: list[dict], command: str) -> dict:
+    """The selector's table (``configs/selector.py``) from sweep rows: per config, the
+    least-squares fit of its time over the selector's features, each point weighted by its
+    inverse time (relative error), from every shape it was timed on."""
+    import numpy as np
+
+    from inductor_mm_plugin.configs import MatmulConfig, selector
+
+    grid = {c.short(): c for s in rows for c in configs_for(s["M"], s["N"], s["K"])}
+    points: dict[str, list] = {}
+    for r in rows:
+        for x in r["results"]:
+            if x.get("ms") and x["config"] in grid:
+                cfg = MatmulConfig(**grid[x["config"]].to_json())
+                points.setdefault(x["config"], []).append((selector.features(r["M"], r["N"], r["K"], cfg), x["ms"] * 1e3))
+    entries = []
+    for name, pts in sorted(points.items()):
+        if len(pts) < selector.MIN_POINTS:
+            continue
+        coef = _fit_nonnegative(np.array([f for f, _ in pts]), np.array([t for _, t in pts]))
+        entries.append(dict(config=grid[name].to_json(), skinny=grid[name] not in GRID, points=len(pts),
+                            coef=[float(round(c, 6)) for c in coef]))  # fmt: skip
+    last = rows[-1]
+    provenance = dict(command=command, seeds=sorted({(r["draw"], r["seed"]) for r in rows}), shapes=len(rows),
+                      date=last.get("date"), commit=last.get("commit"), gpu=last.get("gpu"), torch=last.get("torch"),
+                      triton=last.get("triton"))  # fmt: skip
+    return dict(provenance=provenance, features=selector.FEATURES, entries=entries)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--draw", choices=["random", "models"], default="random")
     p.add_argument("--n", type=int, default=150, help="shapes drawn (default 150)")
-    p.add_argument("--seed", type=int, required=True, help="the draw's seed (a rerun with it resumes)")
+    p.add_argument("--seed", type=int, default=None, help="the draw's seed (required to sweep; a rerun with it resumes)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--fit", metavar="JSONL", nargs="+", default=None,
+                   help="no sweep: fit the selector's table from these files' rows and write it to --table")
+    p.add_argument("--table", default=str(TABLE), help=f"where --fit writes the table (default {TABLE})")
     add_common_args(p, "selector.jsonl", rounds=3, jobs=True)
     args = p.parse_args(argv)
+    if args.fit:
+        rows = [r for f in args.fit for r in read_jsonl(f)]
+        table = fit(rows, " ".join(["bench/sweep_selector.py", *sys.argv[1:]]))
+        pathlib.Path(args.table).write_text(json.dumps(table, indent=1) + "\n")
+        print(f"{len(table['entries'])} configs fitted from {len(rows)} shapes -> {args.table}")
+        return
+    if args.seed is None:
+        p.error("--seed is required to sweep (a new one per sweep; the same one resumes)")
     import inductor_mm_plugin  # noqa: F401  (registers the ops)
 
     jsonl = pathlib.Path(args.out) / "selector.jsonl"

@@ -23,6 +23,7 @@ FORGOTTEN = {
     "inductor.measure._ROUTING_CACHES": "each GPU's routing cache, as read from the cache folder",
     "inductor.measure._MEMORY": "measured routing decisions, by site signature",
     "inductor.shape_table.table": "each GPU's committed shape-class table, as read from its file",
+    "configs.selector.table": "the config selector's fitted table, as read from its file",
     "runtime.device._NUM_SMS": "each GPU's SM count",
     "runtime.device._CAPABILITIES": "each GPU's compute capability",
     "runtime.split_k._by_stream": "split-K counters per device and stream",
@@ -53,6 +54,7 @@ def reset() -> None:
     Models compiled before keep their routing (``torch.compiler.reset()`` and a new compile
     redo it); settings (``set_autotune``) and ``opt_in`` markers stay.
     """
+    from .configs import selector
     from .inductor import measure, records, shape_table
     from .interpreter import interpreter_defect
     from .runtime import device, direct, split_k
@@ -62,6 +64,7 @@ def reset() -> None:
     launch._TUNING_CACHES.clear()
     measure.clear()  # measured decisions and the routing caches
     shape_table.clear()
+    selector.table.cache_clear()
     device._NUM_SMS.clear()
     device._CAPABILITIES.clear()
     split_k.clear()  # the reserve's counters move to _kept, for the graphs captured with them

@@ -173,3 +173,29 @@ def test_models_cold_plugin_forgets_before_and_keeps_what_the_block_learned(monk
         measure._MEMORY["made"] = "a decision of this compile"
     assert os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] == str(tmp_path)
     assert measure._MEMORY.pop("made") == "a decision of this compile" and os.path.isdir(folder)
+
+
+def test_sweep_selector_fit_recovers_each_configs_time_model_and_resumes(tmp_path):
+    """Rows whose times follow known coefficients: the fit gives them back (none negative),
+    with the sweep's provenance; and a sweep rerun with the same seed skips what is done."""
+    import sweep_selector
+
+    from inductor_mm_plugin.configs import selector
+
+    cfg = sweep_selector.GRID[3]
+    true = [0.05, 1.5, 2.0, 0.0]
+    rows = []
+    for i, (M, N, K) in enumerate([(512, 512, 4096), (2048, 1024, 1024), (8192, 8192, 512), (300, 7000, 9000),
+                                   (4096, 256, 16384), (1024, 3072, 3072), (640, 640, 640)]):  # fmt: skip
+        us = sum(c * f for c, f in zip(true, selector.features(M, N, K, cfg)))
+        rows.append(dict(M=M, N=N, K=K, layout="row", draw="random", seed=5, index=i, date="d", commit="c", gpu="g",
+                         results=[dict(config=cfg.short(), ms=us / 1e3)]))  # fmt: skip
+    table = sweep_selector.fit(rows, "cmd")
+    (entry,) = table["entries"]
+    assert entry["points"] == 7 and not entry["skinny"] and table["features"] == selector.FEATURES
+    assert all(c >= 0 for c in entry["coef"])
+    assert entry["coef"] == pytest.approx(true, abs=1e-4)
+    assert table["provenance"]["seeds"] == [("random", 5)] and table["provenance"]["command"] == "cmd"
+    # Resuming: the shapes of a seed already in the file are not drawn again.
+    drawn = sweep_selector.drawn("random", 3, seed=9)
+    assert drawn == sweep_selector.drawn("random", 3, seed=9) and [s["index"] for s in drawn] == [0, 1, 2]

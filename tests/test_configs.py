@@ -12,12 +12,13 @@ import itertools
 import pytest
 
 from inductor_mm_plugin.configs import (
+    heuristic_config,
     SMEM_LIMIT_BYTES,
     MatmulConfig,
     Problem,
     candidate_configs,
     fits,
-    heuristic_config,
+    rule_config,
     k_per_split,
     persistent_programs,
     smem_bytes,
@@ -51,13 +52,13 @@ def bf16(M, N, K, **kw):
 @pytest.mark.parametrize("tma", [True, False])
 def test_heuristic_and_candidates_fit_shared_memory(M, N, K, elem, precision, tma):
     p = Problem(M, N, K, 1, elem, {2: "bfloat16", 4: "float32"}[elem], tma=tma, precision=precision)
-    cfg = heuristic_config(p)
+    cfg = rule_config(p)
     cfg.validate()
     # fp32 without TF32 takes the pointer kernel even where TMA could read the operands.
     assert cfg.kernel == ("tma" if tma and (elem == 2 or precision == "tf32") else "ptr")
     assert smem_bytes(cfg, elem) <= SMEM_LIMIT_BYTES, cfg
     cands = candidate_configs(p)
-    assert cands[0] == cfg and len(set(cands)) == len(cands)
+    assert cands[0] == heuristic_config(p) and len(set(cands)) == len(cands)
     for c in cands:
         c.validate()
         assert smem_bytes(c, elem) <= SMEM_LIMIT_BYTES, c
@@ -72,51 +73,51 @@ def test_pointer_heuristic_for_element_loads_follows_b_layout(b_kmajor, expected
     """1531^3: no load wider than one element; the measured best config differs by B's layout."""
     p = Problem(M=1531, N=1531, K=1531, batch=1, elem_bytes=2, dtype="bfloat16", tma=False, b_kmajor=b_kmajor,
                 c_tma=False, divisor=1)  # fmt: skip
-    assert heuristic_config(p) == expected
+    assert rule_config(p) == expected
     # With wider loads (2000x3000x500: 4 elements) the layout does not decide.
     p4 = dataclasses.replace(p, M=2000, N=3000, K=500, divisor=4)
-    assert heuristic_config(p4) == MatmulConfig("ptr", 64, 128, 32, 8, 4, 4)
+    assert rule_config(p4) == MatmulConfig("ptr", 64, 128, 32, 8, 4, 4)
 
 
 def test_skinny_heuristic_takes_wide_k_steps_for_unsplit_64x32_tiles():
     # 64x4096x4096 on the H200: 64x32x256 (4 stages) 4-5% ahead of 64x32x128 (6 stages).
-    cfg = heuristic_config(bf16(64, 4096, 4096, num_sms=132))
+    cfg = rule_config(bf16(64, 4096, 4096, num_sms=132))
     assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_stages, cfg.split_k) == (64, 32, 256, 4, 1)
     assert smem_bytes(cfg, 2) <= SMEM_LIMIT_BYTES
     # Split 64x32 tiles and wider ones keep 128 (not measured with 256).
     for N in (1024, 14336):
-        other = heuristic_config(bf16(64, N, 4096, num_sms=132))
+        other = rule_config(bf16(64, N, 4096, num_sms=132))
         assert other.block_k == 128 and (other.block_n, other.split_k) != (32, 1)
 
 
 def test_heuristic_splits_k_only_when_the_grid_is_small():
-    big = heuristic_config(bf16(8192, 8192, 8192))
+    big = rule_config(bf16(8192, 8192, 8192))
     assert big.split_k == 1 and (big.block_m, big.block_n) in ((128, 256), (256, 128))
-    assert heuristic_config(bf16(1024, 1024, 65536)).split_k > 1
+    assert rule_config(bf16(1024, 1024, 65536)).split_k > 1
 
 
 def test_heuristic_takes_the_wide_tile_when_one_wave_nearly_fills_the_sms():
     # 2048 x 2048: 128 tiles of 128 x 256 on 132 SMs (97%), one wave rather than two of 128 x 128.
-    wide = heuristic_config(bf16(2048, 2048, 32768, num_sms=132))
+    wide = rule_config(bf16(2048, 2048, 32768, num_sms=132))
     assert (wide.block_m, wide.block_n, wide.split_k) == (128, 256, 1)
     # 1024 x 2048: 64 such tiles, half the SMs idle: not the wide tile.
-    narrow = heuristic_config(bf16(1024, 2048, 32768, num_sms=132))
+    narrow = rule_config(bf16(1024, 2048, 32768, num_sms=132))
     assert (narrow.block_m, narrow.block_n) != (128, 256)
     # 2048 x 1024 with a short K: 128 tiles of 128 x 128, one wave rather than two of 128 x 64.
-    short_k = heuristic_config(bf16(2048, 1024, 1024, num_sms=132))
+    short_k = rule_config(bf16(2048, 1024, 1024, num_sms=132))
     assert (short_k.block_m, short_k.block_n, short_k.split_k) == (128, 128, 1)
     # 768^3: 36 such tiles, latency-bound: the narrower 128 x 64 tiles.
-    small = heuristic_config(bf16(768, 768, 768, num_sms=132))
+    small = rule_config(bf16(768, 768, 768, num_sms=132))
     assert (small.block_m, small.block_n) == (128, 64)
 
 
 def test_heuristic_for_few_tiles_keeps_128x128_when_k_is_long():
     # 2048x1024x4096: 128 tiles of 128x128 on 132 SMs, too many to split: one wave of them.
-    one_wave = heuristic_config(bf16(2048, 1024, 4096))
+    one_wave = rule_config(bf16(2048, 1024, 4096))
     assert (one_wave.block_m, one_wave.block_n, one_wave.split_k) == (128, 128, 1)
     # Short K with few tiles stays on the latency-bound 128x64 tiles (768^3, 1000^3).
     for n in (768, 1000):
-        short = heuristic_config(bf16(n, n, n))
+        short = rule_config(bf16(n, n, n))
         assert (short.block_m, short.block_n, short.split_k) == (128, 64, 1)
 
 
@@ -128,7 +129,7 @@ def test_skinny_heuristic_fills_one_wave(M, N, K):
     # at least 55% of the SMs busy, K split where N alone cannot; or, for N wider than one
     # wave of 128-wide tiles, 128-wide tiles. Every split slice has real K.
     p = bf16(M, N, K)
-    cfg = heuristic_config(p)
+    cfg = rule_config(p)
     items = -(-M // cfg.block_m) * -(-N // cfg.block_n) * cfg.split_k
     assert cfg.block_m >= M and cfg.num_warps == 4
     if cfg.block_n == 128 and cfg.split_k == 1:
@@ -143,10 +144,10 @@ def test_one_work_item_per_program_is_unflattened():
     to prefetch: 768^3 (72 tiles of 128 x 64) and decode shapes (one wave) run unflattened,
     4096^3 (256 tiles of 128 x 256 on 132 SMs) flattened."""
     for shape in ((768, 768, 768), (16, 4096, 4096), (1, 14336, 4096), (64, 4096, 14336)):
-        cfg = heuristic_config(bf16(*shape))
+        cfg = rule_config(bf16(*shape))
         assert cfg.kernel == "tma" and not cfg.flatten, (shape, cfg.short())
-    assert heuristic_config(bf16(4096, 4096, 4096)).flatten
-    assert heuristic_config(bf16(768, 768, 768, num_sms=16)).flatten  # 72 tiles on 16 SMs
+    assert rule_config(bf16(4096, 4096, 4096)).flatten
+    assert rule_config(bf16(768, 768, 768, num_sms=16)).flatten  # 72 tiles on 16 SMs
 
 
 @pytest.mark.parametrize("a_kmajor,b_kmajor,tile,flat", [(True, True, 256, True), (True, False, 256, False),
@@ -157,9 +158,9 @@ def test_tf32_heuristic_by_layout(a_kmajor, b_kmajor, tile, flat):
     layout (64 tiles: one per program)."""
     fp32 = dict(batch=1, elem_bytes=4, dtype="float32", tma=True, a_kmajor=a_kmajor, b_kmajor=b_kmajor,
                 precision="tf32")  # fmt: skip
-    big = heuristic_config(Problem(4096, 4096, 4096, **fp32))
+    big = rule_config(Problem(4096, 4096, 4096, **fp32))
     assert (big.block_m, big.block_n, big.block_k, big.flatten) == (128, tile, 32, flat)
-    small = heuristic_config(Problem(1000, 1000, 1000, **fp32))
+    small = rule_config(Problem(1000, 1000, 1000, **fp32))
     assert (small.block_m, small.block_n, small.flatten) == (128, 128, False)
     assert all(smem_bytes(c, 4) <= SMEM_LIMIT_BYTES for c in (big, small))
 
@@ -217,7 +218,7 @@ def tma_template(m, n, k, a_kmajor=True, b_kmajor=True, compete=False, elem=2, d
 @pytest.mark.parametrize("a_kmajor,b_kmajor", TEMPLATE_LAYOUTS)
 def test_tma_template_takes_the_eager_heuristic_without_split_k(m, n, k, a_kmajor, b_kmajor):
     (cfg,) = tma_template(m, n, k, a_kmajor, b_kmajor)
-    eager = heuristic_config(bf16(m, n, k, a_kmajor=a_kmajor, b_kmajor=b_kmajor, c_tma=False))
+    eager = rule_config(bf16(m, n, k, a_kmajor=a_kmajor, b_kmajor=b_kmajor, c_tma=False))
     assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps) == (eager.block_m, eager.block_n, eager.block_k,
                                                                       eager.num_warps)  # fmt: skip
     assert cfg.split_k == 1 and fits(cfg, 2)
@@ -288,7 +289,7 @@ def test_few_tiles_fill_one_wave_with_long_enough_slices(M, N, K):
     from inductor_mm_plugin.configs.space import tiles
 
     p = Problem(M, N, K, 1, 2, "bfloat16", tma=True, a_kmajor=True, b_kmajor=True)
-    cfg = heuristic_config(p)
+    cfg = rule_config(p)
     items = tiles(p, cfg.block_m, cfg.block_n) * cfg.split_k
     assert cfg.kernel == "tma" and items <= p.num_sms and fits(cfg, 2)
     assert cfg.split_k == 1 or k_per_split(K, 64, cfg.split_k) >= hopper.FEW_TILES_MIN_SLICE
@@ -297,4 +298,4 @@ def test_few_tiles_fill_one_wave_with_long_enough_slices(M, N, K):
             more = tiles(p, bm, bn) * split
             ok_slice = split == 1 or k_per_split(K, 64, split) >= hopper.FEW_TILES_MIN_SLICE
             assert not (ok_slice and items < more <= p.num_sms), (cfg.short(), bm, bn, split)
-    assert heuristic_config(Problem(512, 512, 3584, 1, 2, "bfloat16", tma=True)).short() == "tma 64x64x64 w4 s4 split2"
+    assert rule_config(Problem(512, 512, 3584, 1, 2, "bfloat16", tma=True)).short() == "tma 64x64x64 w4 s4 split2"

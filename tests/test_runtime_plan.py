@@ -32,8 +32,11 @@ def test_plan_is_reused_and_keyed_on_alignment():
     assert p1 is p2
     # Same shape and strides, base 4 bytes off 16-byte alignment: another specialization.
     a_off = randn(24 * 32 + 1, dtype=dt)[1:].view(24, 32)
-    p3 = runtime.launch(a_off, b, poisoned(24, 16, dtype=dt))
+    p3 = runtime.launch(a_off, b, poisoned(24, 16, dtype=dt), copy_unaligned=False)
     assert p3 is not p1 and p3.cfg.kernel == "ptr"
+    # Copying A to an aligned buffer lets the TMA kernel take the same call.
+    p4 = runtime.launch(a_off, b, poisoned(24, 16, dtype=dt), copy_unaligned=True)
+    assert p4 is not p3 and p4.cfg.kernel == "tma" and p4.copies == (True, False)
     assert_matmul_close(runtime.mm_launch(a_off, b, out=poisoned(24, 16, dtype=dt)), a_off, b)
     runtime.clear_plans()
     assert runtime.launch(a, b, poisoned(24, 16, dtype=dt)) is not p1  # planned again

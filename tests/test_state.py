@@ -87,6 +87,7 @@ def _forgotten(name: str) -> bool:
 
 
 def test_reset_forgets_what_the_process_learned_and_keeps_the_rest(monkeypatch):
+    from inductor_mm_plugin.configs import selector
     from inductor_mm_plugin.inductor import measure, records, shape_table
     from inductor_mm_plugin.interpreter import interpreter_defect
     from inductor_mm_plugin.runtime import device, direct, split_k
@@ -102,6 +103,7 @@ def test_reset_forgets_what_the_process_learned_and_keeps_the_rest(monkeypatch):
     measure.routing_cache("TEST GPU")
     measure._MEMORY["test"] = measure.Measurement(1.0, 2.0, (2.0,), False)
     shape_table.table("TEST GPU")
+    selector.table()
     device._NUM_SMS.setdefault(-1, 1)
     device._CAPABILITIES.setdefault(-1, (9, 0))
     split_k.counters(torch.device("cpu"), 4)

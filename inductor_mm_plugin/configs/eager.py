@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import hopper as H
+from . import selector
 from .space import (
     MatmulConfig,
     Problem,
@@ -26,7 +27,15 @@ from .space import (
 
 
 def heuristic_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
-    """A config for this problem, chosen instantly."""
+    """A config for this problem, chosen instantly: the fitted selector's (``selector.py``)
+    where its table covers the problem, else the hand rules (``rule_config``)."""
+    picked = None if interpreting else selector.select(p)
+    return rule_config(p, interpreting) if picked is None else picked
+
+
+def rule_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
+    """The hand rules' config: thresholds on tiles, waves and K from the tables in hopper.py
+    (batches, fp32, the pointer kernel, the interpreter, and the Inductor templates)."""
     cfg = _one_item_unflattened(p, _heuristic(p, interpreting))
     if batch_fits(p, cfg):
         return cfg

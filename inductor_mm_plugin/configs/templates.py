@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import hopper as H
-from .eager import candidate_configs, heuristic_config
+from .eager import candidate_configs, rule_config
 from .space import SMEM_LIMIT_BYTES, MatmulConfig, Problem, cdiv, fills_a_wave, fits, persistent_programs, smem_bytes
 
 SMEM_BUDGET = SMEM_LIMIT_BYTES - H.TEMPLATE_SMEM_HEADROOM
@@ -43,19 +43,20 @@ def one_tile_per_program(cfg: MatmulConfig, m: int, n: int, k: int, num_sms: int
 
 def tma_template_configs(m: int, n: int, k: int, elem_bytes: int, dtype: str, a_kmajor: bool, b_kmajor: bool,
                          num_sms: int, compete: bool = False) -> list[MatmulConfig]:  # fmt: skip
-    """The TMA template's configs: the eager TMA kernel's pick for the same problem (and its
+    """The TMA template's configs: the eager hand rules' pick for the same problem (and its
     autotuning candidates when competing), without split-K (the template has no partial-sum
     workspace); [] where the eager heuristic would not use the TMA kernel, for fp32, or where
     one wave of tiles does the whole problem (``one_tile_per_program``)."""
     problem = Problem(m, n, k, 1, elem_bytes, dtype, tma=True, a_kmajor=a_kmajor, b_kmajor=b_kmajor, c_tma=False,
                       num_sms=num_sms)  # fmt: skip
-    first = heuristic_config(problem)
+    # The hand rules, not the selector: its table was fitted with split-K, which the template lacks.
+    first = rule_config(problem)
     if first.kernel != "tma" or elem_bytes == 4:
         return []
     if not compete and one_tile_per_program(first, m, n, k, num_sms):
         return []
     out = []
-    for cfg in candidate_configs(problem) if compete else [first]:
+    for cfg in [first, *candidate_configs(problem)] if compete else [first]:
         # The store's layout conversion needs about a BLOCK_M x BLOCK_N output tile of shared
         # memory, which smem_bytes counts (half of that with the subtiled epilogue).
         subtile = cfg.block_m * cfg.block_n >= H.TEMPLATE_SUBTILE_FROM

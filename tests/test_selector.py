@@ -1,0 +1,78 @@
+"""configs/selector.py: the fitted config selector and its committed table."""
+
+import dataclasses
+import json
+import random
+
+import pytest
+
+from inductor_mm_plugin.configs import MatmulConfig, Problem, fits, heuristic_config, rule_config, selector
+from inductor_mm_plugin.configs.space import useful_split
+
+
+def bf16(M, N, K, **kw):
+    return Problem(M, N, K, 1, 2, "bfloat16", tma=True, **kw)
+
+
+def test_the_committed_table_is_valid_and_says_where_it_came_from():
+    data = json.loads(selector.TABLE.read_text())
+    prov = data["provenance"]
+    for key in ("command", "seeds", "shapes", "date", "commit", "gpu", "torch", "triton"):
+        assert prov.get(key), key
+    assert prov["command"].startswith("bench/sweep_selector.py --fit") and prov["gpu"] == "NVIDIA H200"
+    entries = selector.table()
+    assert len(entries) == len(data["entries"]) > 20
+    for cfg, skinny, coef in entries:
+        cfg.validate()
+        assert cfg.kernel == "tma" and fits(cfg, 2) and len(coef) == len(selector.FEATURES)
+        assert all(c >= 0 for c in coef)
+        assert skinny == (cfg.group_m == 1)  # the skinny grid's tiles take no grouping
+    assert {s for _, s, _ in entries} == {True, False}
+
+
+def test_select_picks_a_valid_config_from_the_table_for_drawn_problems():
+    rng = random.Random(0)
+    for _ in range(300):
+        M, N, K = (int(2 ** rng.uniform(0, 14)) for _ in range(3))
+        p = bf16(max(M, 1), max(N, 16), max(K, 16), a_kmajor=rng.random() < 0.5, b_kmajor=rng.random() < 0.5)
+        cfg = selector.select(p)
+        assert cfg is not None
+        assert fits(cfg, 2) and useful_split(p.K, cfg.block_k, cfg.split_k)
+        assert (cfg.group_m == 1) == (p.M <= selector.SKINNY_MAX_M)
+        if p.M <= selector.SKINNY_MAX_M:
+            assert cfg.block_m == max(16, 1 << (p.M - 1).bit_length())
+        assert heuristic_config(p) == cfg
+
+
+@pytest.mark.parametrize("p", [
+    Problem(4096, 4096, 4096, 1, 4, "float32", tma=True, precision="tf32"),  # TF32: the hand rules
+    Problem(512, 512, 512, 4, 2, "bfloat16", tma=True),  # a batch
+    Problem(512, 512, 512, 1, 2, "bfloat16", tma=False),  # the pointer kernel
+])  # fmt: skip
+def test_select_leaves_what_its_table_does_not_cover_to_the_hand_rules(p):
+    assert selector.select(p) is None
+    assert heuristic_config(p) == rule_config(p)
+    assert heuristic_config(p, interpreting=True) == rule_config(p, interpreting=True)
+
+
+def test_select_takes_the_lowest_estimate():
+    fast_per_step = MatmulConfig("tma", 128, 128, 64, 8, 8, 4)
+    fast_fixed = MatmulConfig("tma", 128, 64, 64, 8, 4, 4)
+    entries = ((fast_per_step, False, (0.01, 1.0, 10.0, 0.0)), (fast_fixed, False, (0.1, 1.0, 1.0, 0.0)))
+    short, long = bf16(512, 512, 64), bf16(512, 512, 65536)
+    for p in (short, long):
+        est = {c: selector.estimate_us(p, c, coef) for c, _, coef in entries}
+        assert selector.select(p, entries) == min(est, key=est.get)
+    assert selector.select(short, entries) == fast_fixed and selector.select(long, entries) == fast_per_step
+    # A skinny problem takes only skinny entries of its own tile height.
+    assert selector.select(bf16(64, 4096, 4096), entries) is None
+    tall = dataclasses.replace(fast_fixed, block_m=64, group_m=1)
+    assert selector.select(bf16(64, 4096, 4096), ((tall, True, (0.1, 1.0, 1.0, 0.0)),)) == tall
+    assert selector.select(bf16(8, 4096, 4096), ((tall, True, (0.1, 1.0, 1.0, 0.0)),)) is None
+
+
+def test_features_count_wave_quantized_rounds_and_k_steps():
+    cfg = MatmulConfig("tma", 128, 128, 64, split_k=2)
+    # 1024 x 1024: 64 tiles x 2 slices = 128 items, one round on 132 SMs; 4096 / 64 / 2 = 32 steps.
+    assert selector.features(1024, 1024, 4096, cfg) == [32.0, 1.0, 1.0, 1024 * 1024 * 2 * 4 / 1e6]
+    assert selector.features(1024, 1088, 4096, cfg)[1] == 2.0  # 136 items: a second round
