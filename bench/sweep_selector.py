@@ -38,7 +38,8 @@ from _timing import (
     GraphTimer, add_common_args, append_jsonl, config_name, dtype_of, make_operands, matmul_error, median,
     plugin_runtime, precompile, ratios, read_jsonl, rotating, rotation, rounds, run_meta, time_ms,
 )  # fmt: skip
-from shapes import GRAPH_BELOW_US, _floor_us, model_shapes, random_shapes
+from shapes import GRAPH_BELOW_US, _floor_us
+from suites import model_shapes, random_shapes
 from sweep_configs import T, _skinny_configs
 
 from inductor_mm_plugin.configs import fits, selector
