@@ -136,3 +136,17 @@ def test_gpu_default_copies_where_the_selector_says_and_the_op_is_right():
     plan = runtime.launch(x, w.t(), out)
     assert plan.cfg.kernel == "ptr" and plan.copies == (False, False)
     assert_matmul_close(out, x, w.t())
+
+
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_copies_materialize_a_broadcast_operand(which):
+    """A stride-0 (expanded) operand has no leading stride TMA can take: its copy is the full
+    matrix, and the product is the broadcast's."""
+    M, N, K = SHAPES[1]
+    dt = torch.bfloat16
+    a = randn(1, K, dtype=dt).expand(M, K) if which == "a" else randn(M, K, dtype=dt)
+    b = randn(K, 1, dtype=dt).expand(K, N) if which == "b" else randn(K, N, dtype=dt)
+    out = poisoned(M, N, dtype=dt)
+    plan = runtime.launch(a, b, out, copy_unaligned=True)
+    assert plan.cfg.kernel == "tma" and plan.copies[0 if which == "a" else 1]
+    assert_matmul_close(out, a, b)
