@@ -69,6 +69,13 @@ GRID = [
     T(64, 64, 64, 8, 4, 4, 2),
     T(64, 64, 64, 8, 4, 4, 4),
     T(64, 64, 64, 8, 4, 4, 8),
+    # Not yet swept (2026-12-02): what the first sweep's losing classes may want (docs/performance.md,
+    # "The selector"): wide 64-row tiles for 129-256 rows, deeper splits for few tiles and a long K.
+    T(64, 256, 64, 8, 8, 3, flat=True),
+    T(64, 256, 64, 8, 8, 3, 2),
+    T(128, 256, 64, 8, 8, 3, 4, sub=True),
+    T(128, 128, 64, 8, 8, 4, 16, sub=True),
+    T(64, 128, 64, 8, 4, 4, 4),
 ]  # fmt: skip
 
 
