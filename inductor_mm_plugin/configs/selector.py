@@ -13,7 +13,7 @@ GPU time against cuBLAS); the table, with the sweep's command, seeds, date and c
 ``tables/NVIDIA_H200.json``. It covers 16-bit single matrices read through TMA: batches,
 fp32 and the pointer kernel keep the hand rules of ``eager.py``.
 
-Leave-one-shape-out on the first sweep (270 shapes, 799cc69's rows): geomean 1.031 of cuBLAS
+Leave-one-shape-out on the first sweep (270 shapes, 7f517da's rows): geomean 1.037 of cuBLAS
 against 0.991 for the hand rules, the per-shape best config 1.065 (docs/performance.md,
 "The selector").
 """
@@ -24,15 +24,15 @@ import functools
 import json
 import pathlib
 
-from .space import MatmulConfig, Problem, cdiv, fits, pow2_ceil, useful_split
+from .hopper import SKINNY_MAX_M  # the skinny grid's range: its tiles are M rows tall
+from .space import DEFAULT_NUM_SMS, MatmulConfig, Problem, cdiv, fits, pow2_ceil, useful_split
 
 FEATURES = ["rounds * k_steps", "rounds", "1", "split-K partials (MB)"]
 MIN_POINTS = 5  # a config timed on fewer shapes gets no entry
-SKINNY_MAX_M = 128  # the skinny grid's range (hopper.SKINNY_MAX_M): its tiles are M rows tall
 TABLE = pathlib.Path(__file__).parent / "tables" / "NVIDIA_H200.json"
 
 
-def features(M: int, N: int, K: int, cfg: MatmulConfig, num_sms: int = 132) -> list[float]:
+def features(M: int, N: int, K: int, cfg: MatmulConfig, num_sms: int = DEFAULT_NUM_SMS) -> list[float]:
     items = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n) * cfg.split_k
     rounds = cdiv(items, num_sms)
     k_steps = cdiv(cdiv(K, cfg.block_k), cfg.split_k)
