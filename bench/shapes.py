@@ -107,6 +107,12 @@ def class_summary(rows: list[dict]) -> dict:
 # ---------------------------------------------------------------------------- timing
 
 
+def shape_aligned(shape: dict) -> bool:
+    """Every operand's rows 16 bytes apart (A's rows are M long where it is transposed)."""
+    M = shape["M"] if shape["layout"].startswith("t_") else None
+    return is_aligned(shape["N"], shape["K"], shape["dtype"], M)
+
+
 def _floor_us(M, N, K, elem):
     flops, nbytes = flops_bytes(M, N, K, elem)
     return max(flops / 700e12, nbytes / 3.5e12) * 1e6
@@ -176,7 +182,7 @@ def bench_shape(shape: dict, rt, n_rounds: int, device: str, copy_arms: bool = F
     torch.backends.cuda.matmul.allow_tf32 = tf32
     a, b = _operands(shape, device)
     elem = a.element_size()
-    aligned = is_aligned(N, K, shape["dtype"], M if layout.startswith("t_") else None)
+    aligned = shape_aligned(shape)
     row = dict(shape, aligned=aligned, shape_class=shape_class(M, N, K, shape["dtype"], layout, aligned),
                cublas_ms=None, plugin_ms=None, ratio=None)  # fmt: skip
     op = torch.ops.inductor_mm_plugin.mm
@@ -388,7 +394,7 @@ def main(argv=None):
         for i in range(min(args.inductor_n, len(mine))):
             mine[i * len(mine) // args.inductor_n]["inductor"] = True
     for s in todo:
-        if args.copy_arms and not is_aligned(s["N"], s["K"], s["dtype"], s["M"] if s["layout"].startswith("t_") else None):
+        if args.copy_arms and not shape_aligned(s):
             s["copy_arms"] = True
     if args.list:
         for s in todo:

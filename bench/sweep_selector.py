@@ -38,13 +38,12 @@ from _timing import (
     GraphTimer, add_common_args, append_jsonl, config_name, dtype_of, make_operands, matmul_error, median,
     plugin_runtime, precompile, ratios, read_jsonl, rotating, rotation, rounds, run_meta, time_ms,
 )  # fmt: skip
-from shapes import GRAPH_BELOW_US, _floor_us
+from shapes import GRAPH_BELOW_US, _floor_us, shape_aligned
 from suites import model_shapes, random_shapes
-from sweep_configs import T, _skinny_configs
+from sweep_configs import T, _skinny_configs, _spec
 
 from inductor_mm_plugin.configs import fits, selector
 from inductor_mm_plugin.configs.space import useful_split
-from inductor_mm_plugin.inductor.shape_table import is_aligned
 
 TABLE = pathlib.Path(selector.__file__).parent / "tables" / "NVIDIA_H200.json"
 
@@ -93,12 +92,8 @@ def drawn(kind: str, n: int, seed: int) -> list[dict]:
     return [dict(s, draw=kind, seed=seed, index=i) for i, s in enumerate(shapes)]
 
 
-def _aligned(s) -> bool:
-    return is_aligned(s["N"], s["K"], s["dtype"], s["M"] if s["layout"].startswith("t_") else None)
-
-
 def _launch_kw(s) -> dict:
-    return {} if _aligned(s) else {"copy_unaligned": True}
+    return {} if shape_aligned(s) else {"copy_unaligned": True}
 
 
 def _compile(task):
@@ -148,7 +143,7 @@ def sweep_shape(s: dict, n_rounds: int, device: str) -> dict:
     for name, r in results.items():
         if name in times:
             r.update(ms=median(times[name]), ratio=median(ratios(times, "cublas", name)))
-    return dict(s, aligned=_aligned(s), timing=timing, cublas_ms=median(times["cublas"]),
+    return dict(s, aligned=shape_aligned(s), timing=timing, cublas_ms=median(times["cublas"]),
                 default_ms=median(times["default"]), default_ratio=median(ratios(times, "cublas", "default")),
                 default_config=config_name(default.cfg), results=list(results.values()))  # fmt: skip
 
@@ -228,8 +223,7 @@ def main(argv=None):
     meta = run_meta(args.commit)
     if args.device == "cuda":
         # One compile per kernel specialization (Triton's: integers equal to 1 or divisible by 16).
-        spec = lambda x: 1 if x == 1 else 16 if x % 16 == 0 else 0  # noqa: E731
-        tasks = {(s["layout"], _aligned(s), c, *map(spec, (s["M"], s["N"], s["K"]))): (s, c)
+        tasks = {(s["layout"], shape_aligned(s), c, *map(_spec, (s["M"], s["N"], s["K"]))): (s, c)
                  for s in todo for c in configs_for(s["M"], s["N"], s["K"])}  # fmt: skip
         tasks = list(tasks.values())
         for e in [e for e in precompile(tasks, _compile, args.jobs) if e][:10]:
