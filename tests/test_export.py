@@ -37,8 +37,9 @@ def _default_tf32_flags():
     """Each test from torch's default TF32 flags. An earlier test in the process may have set
     them through the new API (``torch.backends.cuda.matmul.fp32_precision``); the legacy getter
     then raises "mix of the legacy and new APIs", and Inductor's max-autotune cache lookup
-    calls it (torch 2.11 _inductor/codecache.py, ``torch.get_float32_matmul_precision()``), so
-    the compete tests failed there when run after test_transformers on the H200."""
+    calls it (torch 2.11 _inductor/codecache.py, ``torch.get_float32_matmul_precision()``;
+    pytorch/pytorch#196728, fixed upstream by #189955), so the compete tests failed there when
+    run after test_transformers on the H200."""
     with tf32_flags_restored():
         default_tf32_flags()
         yield

@@ -76,3 +76,11 @@ def test_features_count_wave_quantized_rounds_and_k_steps():
     # 1024 x 1024: 64 tiles x 2 slices = 128 items, one round on 132 SMs; 4096 / 64 / 2 = 32 steps.
     assert selector.features(1024, 1024, 4096, cfg) == [32.0, 1.0, 1.0, 1024 * 1024 * 2 * 4 / 1e6]
     assert selector.features(1024, 1088, 4096, cfg)[1] == 2.0  # 136 items: a second round
+
+
+def test_a_table_fitted_for_other_features_is_refused(tmp_path):
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps({"features": ["rounds"], "entries": []}))
+    with pytest.raises(ValueError, match="fitted for features"):
+        selector.table(path)
+    assert selector.table(tmp_path / "none.json") == ()  # no table: the hand rules everywhere
