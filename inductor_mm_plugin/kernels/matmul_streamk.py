@@ -168,10 +168,12 @@ def _matmul_kernel_streamk(
             if done:
                 # Every later contributor's range starts inside this tile: slot 2q. In
                 # contributor order, whoever sums; .cg: from L2, never a stale L1 line.
-                slot_ptrs = ws_ptr + (2 * first).to(tl.int64) * TILE + offs_tile
+                # A scalar base stepped per slot: a tile of 64-bit pointers carried through
+                # the loop took 256 registers a thread and spilled.
+                slot_base = ws_ptr + (2 * first).to(tl.int64) * TILE
                 for _ in range(first + 1, last + 1):
-                    slot_ptrs += 2 * TILE
-                    acc += tl.load(slot_ptrs, cache_modifier=".cg")
+                    slot_base += 2 * TILE
+                    acc += tl.load(slot_base + offs_tile, cache_modifier=".cg")
                 tl.atomic_xchg(lock, 0)  # ready for the next launch
         if done:
             _epilogue(acc, c_desc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn, stride_biasm,
