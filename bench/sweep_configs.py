@@ -36,12 +36,10 @@ from _timing import (
 SMEM_LIMIT_BYTES = 232448  # H100 / H200: 227 KB of shared memory per block
 
 
-def T(bm, bn, bk, g, w, s, split=1, sub=False, flat=False, sk=False):
-    """A TMA-kernel config (keywords: the fields the package keeps; ``sk``: stream-K, passed
-    only when set, so that a package from before it still takes the rest)."""
-    more = {"stream_k": True} if sk else {}
+def T(bm, bn, bk, g, w, s, split=1, sub=False, flat=False):
+    """A TMA-kernel config (keywords: the fields the package keeps)."""
     return matmul_config_class()("tma", bm, bn, bk, group_m=g, num_warps=w, num_stages=s, split_k=split,
-                                 epilogue_subtile=sub, flatten=flat, **more)  # fmt: skip
+                                 epilogue_subtile=sub, flatten=flat)  # fmt: skip
 
 
 def P(bm, bn, bk, g, w, s):

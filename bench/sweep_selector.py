@@ -40,7 +40,7 @@ from _timing import (
 )  # fmt: skip
 from shapes import GRAPH_BELOW_US, _floor_us, shape_aligned
 from suites import model_shapes, random_shapes
-from sweep_configs import T, _deepest, _skinny_configs, _spec
+from sweep_configs import T, _skinny_configs, _spec
 
 from inductor_mm_plugin.configs import fits, selector
 from inductor_mm_plugin.configs.space import useful_split
@@ -75,26 +75,12 @@ GRID = [
     T(128, 256, 64, 8, 8, 3, 4, sub=True),
     T(128, 128, 64, 8, 8, 4, 16, sub=True),
     T(64, 128, 64, 8, 4, 4, 4),
-    # Stream-K (kernels/matmul_streamk.py), first swept 2026-12-02: shapes whose tiles leave SMs idle.
-    T(128, 256, 64, 8, 8, 3, sub=True, sk=True),
-    T(256, 128, 64, 8, 8, 3, sub=True, sk=True),
-    T(128, 128, 64, 8, 8, 4, sub=True, sk=True),
-    T(128, 128, 64, 8, 4, 4, sk=True),
-    T(128, 64, 64, 8, 4, 4, sk=True),
-    T(64, 128, 64, 8, 4, 4, sk=True),
 ]  # fmt: skip
 
 
-def skinny_grid(M: int) -> list:
-    """The skinny grid (M <= 128, tiles of M's height) and its stream-K tiles."""
-    bm = max(16, 1 << (M - 1).bit_length()) if M > 1 else 16
-    return _skinny_configs(M) + [_deepest(T(bm, bn, 128, 1, 4, 6, sk=True)) for bn in (64, 128)]
-
-
-def configs_for(M: int, N: int, K: int, only_stream_k: bool = False) -> list:
-    grid = skinny_grid(M) if M <= 128 else GRID
-    return [c for c in grid if fits(c, 2) and useful_split(K, c.block_k, c.split_k)
-            and (getattr(c, "stream_k", False) or not only_stream_k)]  # fmt: skip
+def configs_for(M: int, N: int, K: int) -> list:
+    grid = _skinny_configs(M) if M <= 128 else GRID
+    return [c for c in grid if fits(c, 2) and useful_split(K, c.block_k, c.split_k)]
 
 
 def drawn(kind: str, n: int, seed: int) -> list[dict]:
@@ -121,7 +107,7 @@ def _compile(task):
         return f"{s['M']}x{s['N']}x{s['K']} {s['layout']} {config_name(cfg)}: {type(e).__name__}: {str(e)[:200]}"
 
 
-def sweep_shape(s: dict, n_rounds: int, device: str, only_stream_k: bool = False) -> dict:
+def sweep_shape(s: dict, n_rounds: int, device: str) -> dict:
     rt = plugin_runtime()
     M, N, K = s["M"], s["N"], s["K"]
     a, b = make_operands(M, N, K, dtype_of(s["dtype"]), s["layout"], device=device)
@@ -130,7 +116,7 @@ def sweep_shape(s: dict, n_rounds: int, device: str, only_stream_k: bool = False
     default = rt.launch(a, b, torch.empty(M, N, device=device, dtype=a.dtype))
     fns = {"cublas": torch.mm, "default": op}
     results = {}
-    for cfg in configs_for(M, N, K, only_stream_k):
+    for cfg in configs_for(M, N, K):
         name = cfg.short()
         out = torch.full((M, N), float("nan"), device=device, dtype=a.dtype)
         try:
@@ -213,9 +199,6 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=150, help="shapes drawn (default 150)")
     p.add_argument("--seed", type=int, default=None, help="the draw's seed (required to sweep; a rerun with it resumes)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    p.add_argument("--stream-k-only", action="store_true",
-                   help="time only the grid's stream-K configs (beside cuBLAS and the default): rows for "
-                        "the stream-K entries, where earlier sweeps timed the rest")  # fmt: skip
     p.add_argument("--fit", metavar="JSONL", nargs="+", default=None,
                    help="no sweep: fit the selector's table from these files' rows and write it to --table")
     p.add_argument("--table", default=str(TABLE), help=f"where --fit writes the table (default {TABLE})")
@@ -241,12 +224,12 @@ def main(argv=None):
     if args.device == "cuda":
         # One compile per kernel specialization (Triton's: integers equal to 1 or divisible by 16).
         tasks = {(s["layout"], shape_aligned(s), c, *map(_spec, (s["M"], s["N"], s["K"]))): (s, c)
-                 for s in todo for c in configs_for(s["M"], s["N"], s["K"], args.stream_k_only)}  # fmt: skip
+                 for s in todo for c in configs_for(s["M"], s["N"], s["K"])}  # fmt: skip
         tasks = list(tasks.values())
         for e in [e for e in precompile(tasks, _compile, args.jobs) if e][:10]:
             print("  compile failed:", e, flush=True)
     for s in todo:
-        row = sweep_shape(s, args.rounds, args.device, args.stream_k_only)
+        row = sweep_shape(s, args.rounds, args.device)
         append_jsonl(jsonl, [row], meta)  # each shape at once: a cut-short call keeps its rows
         ok = [r for r in row["results"] if r.get("ratio")]
         best = max(ok, key=lambda r: r["ratio"]) if ok else {}

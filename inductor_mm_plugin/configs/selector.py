@@ -7,9 +7,7 @@ from the work it schedules, and the fastest estimate taken.
 over the SMs, rounded up), ``k_steps`` the BLOCK_K steps of one slice: how long the busiest
 SM computes, the step cost and the per-item cost being the config's own (tile shape, warps,
 stages, flattening, layout handled by the fit). The last term is the partials' round trip
-through the workspace. For a stream-K config (kernels/matmul_streamk.py) the same four are
-the busiest program's K steps, the tiles it touches, 1, and the partials of one range per
-program (``_stream_k_features``). The coefficients are fitted per config, by least squares on relative
+through the workspace. The coefficients are fitted per config, by least squares on relative
 error, to ``bench/sweep_selector.py`` over drawn shapes (random and real models' shapes,
 GPU time against cuBLAS); the table, with the sweep's command, seeds, date and commit, is
 ``tables/NVIDIA_H200.json``. It covers 16-bit single matrices read through TMA: batches,
@@ -27,7 +25,7 @@ import json
 import pathlib
 
 from .hopper import SKINNY_MAX_M  # the skinny grid's range: its tiles are M rows tall
-from .space import DEFAULT_NUM_SMS, MatmulConfig, Problem, batch_fits, cdiv, fits, pow2_ceil, stream_k_split, useful_split
+from .space import DEFAULT_NUM_SMS, MatmulConfig, Problem, cdiv, fits, pow2_ceil, useful_split
 
 FEATURES = ["rounds * k_steps", "rounds", "1", "split-K partials (MB)"]
 MIN_POINTS = 5  # a config timed on fewer shapes gets no entry
@@ -35,26 +33,11 @@ TABLE = pathlib.Path(__file__).parent / "tables" / "NVIDIA_H200.json"
 
 
 def features(M: int, N: int, K: int, cfg: MatmulConfig, num_sms: int = DEFAULT_NUM_SMS) -> list[float]:
-    if cfg.stream_k:
-        return _stream_k_features(M, N, K, cfg, num_sms)
     items = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n) * cfg.split_k
     rounds = cdiv(items, num_sms)
     k_steps = cdiv(cdiv(K, cfg.block_k), cfg.split_k)
     partials = M * N * cfg.split_k * 4 / 1e6 if cfg.split_k > 1 else 0.0
     return [float(rounds * k_steps), float(rounds), 1.0, partials]
-
-
-def _stream_k_features(M: int, N: int, K: int, cfg: MatmulConfig, num_sms: int) -> list[float]:
-    """The same features for the stream-K kernel: the busiest program's K steps (its
-    data-parallel tiles' and its share of the stream-K range), the tiles it touches, and the
-    partials of a range that does not fall on tile boundaries (one per program)."""
-    n_tiles = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
-    k_steps = cdiv(K, cfg.block_k)
-    dp, per = stream_k_split(n_tiles, k_steps, num_sms)
-    dp_rounds = dp // num_sms
-    touched = min(cdiv(per, k_steps) + 1, n_tiles - dp)
-    partials = num_sms * cfg.block_m * cfg.block_n * 4 / 1e6 if per % k_steps else 0.0
-    return [float(dp_rounds * k_steps + per), float(dp_rounds + touched), 1.0, partials]
 
 
 @functools.lru_cache(maxsize=4)
@@ -85,7 +68,7 @@ def select(p: Problem, entries: tuple | None = None) -> MatmulConfig | None:
     for cfg, is_skinny, coef in entries:
         if is_skinny != skinny or (skinny and cfg.block_m != max(16, pow2_ceil(p.M))):
             continue
-        if not (fits(cfg, p.elem_bytes) and useful_split(p.K, cfg.block_k, cfg.split_k) and batch_fits(p, cfg)):
+        if not (fits(cfg, p.elem_bytes) and useful_split(p.K, cfg.block_k, cfg.split_k)):
             continue
         t = estimate_us(p, cfg, coef)
         if best is None or t < best[0]:

@@ -35,7 +35,6 @@ class MatmulConfig:
     split_k: int = 1  # tma only: K is cut into this many slices, reduced in the kernel
     epilogue_subtile: bool = False  # tma only: store the tile as two BLOCK_N / 2 halves
     flatten: bool = False  # tma only: tl.range(flatten=True) over tiles and K steps
-    stream_k: bool = False  # tma only: the stream-K kernel (kernels/matmul_streamk.py), single matrices
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -77,10 +76,8 @@ class MatmulConfig:
             v = getattr(self, name)
             if not least <= v <= most:
                 raise ValueError(f"MatmulConfig.{name} must be in [{least}, {most}], got {v}")
-        if self.kernel == "ptr" and (self.split_k != 1 or self.epilogue_subtile or self.flatten or self.stream_k):
-            raise ValueError("split_k, epilogue_subtile, flatten and stream_k apply to the 'tma' kernel only")
-        if self.stream_k and (self.split_k != 1 or self.flatten):
-            raise ValueError("stream_k deals out K steps itself: it takes split_k=1 and flatten=False")
+        if self.kernel == "ptr" and (self.split_k != 1 or self.epilogue_subtile or self.flatten):
+            raise ValueError("split_k, epilogue_subtile and flatten apply to the 'tma' kernel only")
 
     def short(self) -> str:
         s = f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages}"
@@ -92,8 +89,6 @@ class MatmulConfig:
             s += " sub"
         if self.flatten:
             s += " flat"
-        if self.stream_k:
-            s += " streamk"
         return s
 
 
@@ -190,14 +185,9 @@ def useful_split(K: int, block_k: int, split_k: int) -> bool:
 
 
 def batch_fits(p: Problem, cfg: MatmulConfig) -> bool:
-    """Whether the TMA kernels can run this config on this problem's batch and precision: on a
-    batch (see kernels/matmul_tma.py) no split-K, and K a whole number of BLOCK_K steps when an
-    operand is stacked along K (an M-major A or an N-major B), so the last K step never reads
-    the next matrix; stream-K (kernels/matmul_streamk.py) on single matrices only, and not
-    TF32 with an N-major B (which takes B through registers, SWAP_AB, in the persistent kernel
-    only)."""
-    if cfg.kernel == "tma" and cfg.stream_k:
-        return p.batch == 1 and not (p.precision == "tf32" and p.a_kmajor and not p.b_kmajor)
+    """Whether the TMA kernel can run this config on a batch (see kernels/matmul_tma.py):
+    no split-K, and K a whole number of BLOCK_K steps when an operand is stacked along K
+    (an M-major A or an N-major B), so the last K step never reads the next matrix."""
     if p.batch == 1 or cfg.kernel != "tma":
         return True
     k_outer = not p.a_kmajor or not p.b_kmajor
@@ -207,14 +197,6 @@ def batch_fits(p: Problem, cfg: MatmulConfig) -> bool:
 def work_items(p: Problem, cfg: MatmulConfig) -> int:
     """The TMA kernel's work items: output tiles times K slices."""
     return tiles(p, cfg.block_m, cfg.block_n) * cfg.split_k
-
-
-def stream_k_split(n_tiles: int, k_steps: int, programs: int) -> tuple[int, int]:
-    """(data-parallel tiles, BLOCK_K steps per program in the stream-K range) of the stream-K
-    kernel, as the kernel computes them: all whole rounds of tiles but the last run
-    data-parallel, the rest is dealt out evenly in K steps."""
-    dp = max(n_tiles // programs - 1, 0) * programs
-    return dp, cdiv((n_tiles - dp) * k_steps, programs)
 
 
 def persistent_programs(items: int, programs: int) -> int:

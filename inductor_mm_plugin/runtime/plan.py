@@ -16,10 +16,8 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..configs import MatmulConfig, Problem, k_per_split, persistent_programs
-from ..configs.space import stream_k_split
 from ..interpreter import interpreting
 from ..kernels.matmul import _matmul_kernel
-from ..kernels.matmul_streamk import _matmul_kernel_streamk
 from ..kernels.matmul_tma import _matmul_kernel_tma
 from . import direct, split_k
 from .device import device_guard, raw_stream
@@ -79,13 +77,7 @@ class Plan:
         tile = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
         common = dict(HAS_BIAS=flags.has_bias, SCALE_ACC=flags.scale_acc, INPUT_PRECISION=flags.input_precision,
                       INTERPRETER_BF16=flags.interpreter_bf16, **tile)  # fmt: skip
-        if cfg.kernel == "tma" and cfg.stream_k:
-            # One program per SM: the stream-K range is dealt out over all of them.
-            self.grid = (p.num_sms,)
-            self.c_tma = layout.c_tma
-            self.consts = dict(common, A_KMAJOR=layout.a_kmajor, B_KMAJOR=layout.b_kmajor, C_TMA=self.c_tma,
-                               BIAS_MODE=flags.bias_mode, EPILOGUE_SUBTILE=cfg.epilogue_subtile)  # fmt: skip
-        elif cfg.kernel == "tma":
+        if cfg.kernel == "tma":
             tf32 = flags.input_precision == "tf32" and not interpreting()
             self.grid = (persistent_programs(self.num_tiles * cfg.split_k, p.num_sms),)
             # A stacked batch's TMA store would spill a partial tile into the next matrix.
@@ -107,24 +99,13 @@ class Plan:
 
     @property
     def kernel(self):
-        if self.cfg.kernel == "ptr":
-            return _matmul_kernel
-        return _matmul_kernel_streamk if self.cfg.stream_k else _matmul_kernel_tma
-
-    @property
-    def reduces(self) -> bool:
-        """Whether the kernel sums partial tiles through a workspace (split-K or stream-K)."""
-        return self.cfg.split_k > 1 or self.cfg.stream_k
+        return _matmul_kernel_tma if self.cfg.kernel == "tma" else _matmul_kernel
 
     def _bind(self, a, b, out, bias) -> None:
         """The per-plan arguments and constexprs, in signature order (first call only)."""
         p, cfg = self.problem, self.cfg
         bsm, bsn = bias.stride()[-2:] if self.flags.has_bias else (0, 0)
-        if cfg.stream_k:
-            mid = dict(M=p.M, N=p.N, K=p.K, num_programs=self.grid[0], stride_cm=self.layout.ldc,
-                       stride_cn=out.stride()[-1], stride_biasm=bsm, stride_biasn=bsn)  # fmt: skip
-            head = _TMA_HEAD
-        elif cfg.kernel == "tma":
+        if cfg.kernel == "tma":
             mid = dict(M=p.M, N=p.N, K=p.K, k_per_split=k_per_split(p.K, cfg.block_k, cfg.split_k), BATCH=p.batch,
                        num_programs=self.grid[0], stride_cb=out.stride(0) if out.dim() == 3 else 0,
                        stride_cm=self.layout.ldc, stride_cn=out.stride()[-1], stride_biasm=bsm, stride_biasn=bsn)  # fmt: skip
@@ -146,7 +127,7 @@ class Plan:
         bias_arg = bias if self.flags.has_bias else out
         scalars = (float(alpha), float(beta))
         if self.cfg.kernel == "tma":
-            ws, locks = self._split_k_buffers(raw_stream(out.device)) if self.reduces else (out, out)
+            ws, locks = self._split_k_buffers(raw_stream(out.device)) if self.cfg.split_k > 1 else (out, out)
             descs = self._descriptors(a, b, out)
             if self.descs is None:
                 # Kept without their tensors: a plan must not keep a call's tensors alive (CUDA-graph
@@ -175,20 +156,12 @@ class Plan:
         return a_desc, b_desc, TensorDescriptor(out, [p.batch * p.M, p.N], [lay.ldc, 1], [bm, sub_n])
 
     def _split_k_buffers(self, stream: int):
-        """The fp32 partials of split-K or stream-K (uninitialized: every partial is written
-        before it is read) and their zeroed per-tile counters (split_k.py: reused, no memset).
-        Split-K has a slot per work item; stream-K two per program (a range's first and last
-        segment) and a counter per tile of its stream-K range."""
+        """Split-K's fp32 partials (uninitialized: every slice writes its own before any is
+        read) and its zeroed per-tile counters (split_k.py: reused, no memset)."""
         cfg = self.cfg
-        tile = cfg.block_m * cfg.block_n
-        if cfg.stream_k:
-            k_steps = triton.cdiv(self.problem.K, cfg.block_k)
-            dp, _ = stream_k_split(self.num_tiles, k_steps, self.grid[0])
-            slots, counted = 2 * self.grid[0], self.num_tiles - dp
-        else:
-            slots, counted = self.num_tiles * cfg.split_k, self.num_tiles
-        ws = torch.empty(slots * tile, dtype=torch.float32, device=self.device)
-        return ws, split_k.counters(self.device, counted, stream)
+        ws = torch.empty(self.num_tiles * cfg.split_k * cfg.block_m * cfg.block_n, dtype=torch.float32,
+                         device=self.device)  # fmt: skip
+        return ws, split_k.counters(self.device, self.num_tiles, stream)
 
     def operands(self, a, b, copy: bool = True):
         """The operands the kernel reads: ``a`` and ``b``, or their aligned copies (``copies``)."""
@@ -243,7 +216,7 @@ class Plan:
         try:
             if self.cfg.kernel == "tma":
                 pws = plocks = pout
-                if self.reduces:
+                if self.cfg.split_k > 1:
                     ws, locks = self._split_k_buffers(stream)  # alive until the launch returns
                     pws, plocks = ws.data_ptr(), locks.data_ptr()
                 tail = (pout, pbias, pws, plocks, *self.mid, *scalars, *self.consts)
@@ -292,7 +265,7 @@ def ready_for_threads(device: torch.device) -> None:
         return
     with device_guard(device):
         index = torch.cuda.current_device()
-        for kernel in (_matmul_kernel, _matmul_kernel_tma, _matmul_kernel_streamk):
+        for kernel in (_matmul_kernel, _matmul_kernel_tma):
             caches = getattr(kernel, "device_caches", None)
             if caches is not None:
                 caches[index]
