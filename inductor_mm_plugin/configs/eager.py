@@ -136,11 +136,11 @@ def copies_pay(copied: Problem, b_bytes: int) -> bool:
     """Whether the TMA kernel on aligned copies of the unaligned operands (``copied``: the
     problem it then solves; ``b_bytes``: the bytes of B copied, 0 if B is read in place) is
     expected to beat the pointer kernel reading them in place: everywhere the TMA kernel
-    takes the copies, except a skinny product's weight too large for the copy to be read back
-    from the L2 (hopper.py, "unaligned operands")."""
+    takes the copies, except the weight of a product of at most 32 rows too large for the copy
+    to be read back from the L2 (hopper.py, "unaligned operands")."""
     if not copied.tma or copied.batch != 1:
         return False
-    return not (copied.M <= H.SKINNY_MAX_M and b_bytes >= H.COPY_SKINNY_B_MAX_BYTES)
+    return not (copied.M <= H.COPY_SKINNY_MAX_M and b_bytes >= H.COPY_SKINNY_B_MAX_BYTES)
 
 
 # ----------------------------------------------------------------------------- skinny

@@ -137,9 +137,14 @@ PTR_CANDIDATES = [
 # and too large to stay in the L2 for the matmul to read back: reading it once in place beats
 # reading it three times (16x29502x14630 1.21 in place against 0.31 copied, 20x11746x29088
 # 0.93 against 0.28, 8x8408x9983 0.95 against 0.47). Copying everywhere else: geomean 1.157.
-# So no copy of B (eager.copies_pay) from this many bytes when M <= SKINNY_MAX_M: half the
-# H200's 60 MB L2.
+# So no copy of B (eager.copies_pay) from this many bytes when M <= COPY_SKINNY_MAX_M: half
+# the H200's 60 MB L2. Not past 32 rows: there the pointer kernel's in-place read is the slow
+# one (799cc69: 69x7840x5896 t_row 0.39 in place against 1.85 copied, the one counterexample
+# 80x4182x12992 row 0.54 against 0.41; d901ba2's sweep, seed 32001: 50x7485x5007 t_linear,
+# 72x6598x5977 and 47x7524x2576 t_row 0.23, 0.16, 0.24 in place against 0.68, 0.34, 0.56
+# through copies, bench/results/archive/2026-12-02-NVIDIA_H200-stream-k-sweep.jsonl).
 COPY_SKINNY_B_MAX_BYTES = 30 * 10**6
+COPY_SKINNY_MAX_M = 32
 
 # ------------------------------------------------------------------ Inductor's templates
 # The pointer template's configs (its own heuristic; templates.pointer_template_configs).
