@@ -67,6 +67,19 @@ def test_heuristic_and_candidates_fit_shared_memory(M, N, K, elem, precision, tm
             assert k_per_split(K, c.block_k, c.split_k) * (c.split_k - 1) < K
 
 
+@pytest.mark.parametrize("M,N,K,split", [(30, 1656, 25974, 5), (1, 1665, 30629, 4), (16, 1148, 27576, 7),
+                                         (16, 29502, 14630, 1), (30, 1656, 3000, 1), (2, 3000, 5000, 2)])  # fmt: skip
+def test_skinny_pointer_config_splits_k_while_the_slices_fill_a_wave(M, N, K, split):
+    """A skinny product read in place (an unaligned weight of at least 30 MB) with too few
+    tiles splits K: at most one wave of programs, slices of at least 2048 columns."""
+    p = Problem(M=M, N=N, K=K, batch=1, elem_bytes=2, dtype="bfloat16", tma=False, divisor=1)
+    cfg = rule_config(p)
+    assert cfg.kernel == "ptr" and cfg.split_k == split
+    tiles = -(-N // 64) * -(-M // cfg.block_m)
+    assert tiles * cfg.split_k <= p.num_sms and -(-K // cfg.split_k) >= hopper.PTR_SPLIT_K_MIN_SLICE or split == 1
+    assert rule_config(dataclasses.replace(p, batch=2)).split_k == 1  # batches: no split
+
+
 @pytest.mark.parametrize("b_kmajor,expected", [(False, MatmulConfig("ptr", 64, 128, 16, 8, 4, 6)),
                                                (True, MatmulConfig("ptr", 64, 128, 32, 8, 8, 4))])  # fmt: skip
 def test_pointer_heuristic_for_element_loads_follows_b_layout(b_kmajor, expected):
@@ -199,7 +212,7 @@ def test_config_json_round_trip_and_validation():
     with pytest.raises(ValueError, match="unknown MatmulConfig fields"):
         MatmulConfig.from_json({**cfg.to_json(), "blockn": 96})
     with pytest.raises(ValueError, match="'tma' kernel only"):
-        MatmulConfig("ptr", 64, 64, 32, split_k=2).validate()
+        MatmulConfig("ptr", 64, 64, 32, flatten=True).validate()
     with pytest.raises(ValueError, match="must be 'tma' or 'ptr'"):
         MatmulConfig("cublas", 64, 64, 32).validate()
 

@@ -50,6 +50,36 @@ def test_pointer_kernel_forced_config(dtype, ta, tb, batch, bias_shape):
 
 # ----------------------------------------------------------------------- load width
 
+@pytest.mark.parametrize("split", [2, 3, 5])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, True), (False, True)])
+def test_pointer_kernel_split_k(split, dtype, ta, tb):
+    """Split-K in the pointer kernel: unaligned sizes (odd K, so the last slice is shorter and
+    its last step overhangs), partial tiles, a bias; the same bits from a second launch, which
+    reuses the first one's counters (each reset by its tile's last slice)."""
+    M, N, K = (19, 37, 211) if not HAS_CUDA else (30, 1656, 25974)
+    cfg = MatmulConfig("ptr", 32, 64, 32 if not HAS_CUDA else 128, 1, 4, 3, split_k=split)
+    a, b = operand(M, K, dtype, transposed=ta), operand(K, N, dtype, transposed=tb)
+    bias = bias_of("N", M, N, dtype)
+    outs = []
+    for _ in range(2):
+        out = poisoned(M, N, dtype=dtype)
+        plan = runtime.launch(a, b, out, bias.expand(M, N), 0.5, 2.0, config=cfg)
+        outs.append(out)
+    assert plan.cfg.kernel == "ptr" and plan.grid == (triton.cdiv(M, 32) * triton.cdiv(N, 64) * split,)
+    assert kernel_args(plan, a, b, outs[0], bias.expand(M, N), 2.0, 0.5)["SPLIT_K"] == split
+    tf32 = dtype == torch.float32 and tf32_enabled()
+    assert_matmul_close(outs[0], a, b, bias, beta=0.5, alpha=2.0, tf32=tf32)
+    assert torch.equal(outs[0], outs[1]), "a second launch gave other bits"
+
+
+def test_pointer_kernel_split_k_is_for_single_matrices():
+    a = randn(2, 16, 64, dtype=torch.float16)
+    b = randn(2, 64, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="splits K only for a single matrix, got a batch of 2"):
+        runtime.launch(a, b, poisoned(2, 16, 16, dtype=torch.float16), config=MatmulConfig("ptr", 16, 16, 16, split_k=2))
+
+
 _PTX_OF_THE_POINTER_KERNEL = r"""
 import re, sys
 import triton
@@ -62,9 +92,9 @@ from inductor_mm_plugin.runtime.layout import pointer_kernel_divisor, pow2_divis
 # strides of 1 made constants).
 M, N, K = 2000, 3000, 500
 mid = dict(M=M, N=N, K=K, stride_ab=0, stride_am=K, stride_ak=1, stride_bb=0, stride_bk=N, stride_bn=1,
-           stride_cb=0, stride_cm=N, stride_cn=1, stride_biasb=0, stride_biasm=0, stride_biasn=0)
+           stride_cb=0, stride_cm=N, stride_cn=1, stride_biasb=0, stride_biasm=0, stride_biasn=0, k_per_split=K)
 consts = dict(HAS_BIAS=False, SCALE_ACC=False, INPUT_PRECISION="ieee", INTERPRETER_BF16=False,
-              BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8,
+              BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, SPLIT_K=1,
               DIVISOR=pointer_kernel_divisor(pow2_divisor(list(mid.values())[:12])) if sys.argv[1] == "hint" else 1)
 missing = {p.name for p in _matmul_kernel.params if p.is_constexpr} - set(consts)
 assert not missing, f"the script does not set the kernel's constexprs {sorted(missing)}"

@@ -74,6 +74,7 @@ BIND_CASES = {
     "tma_c_pointers": (INTERPRETER_TMA, True, True, None),
     "ptr": (INTERPRETER_PTR, False, False, None),
     "ptr_bias": (INTERPRETER_PTR, True, True, "M1"),
+    "ptr_split_k": (dataclasses.replace(INTERPRETER_PTR, split_k=3), True, False, "N"),
 }
 
 
@@ -100,7 +101,15 @@ def test_plan_binds_every_kernel_argument_by_name(case):
         expected = dict(common, a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias_arg, stride_ab=0, stride_am=a.stride(0),
                         stride_ak=a.stride(1), stride_bb=0, stride_bk=b.stride(0), stride_bn=b.stride(1), stride_cb=0,
                         stride_cm=out.stride(0), stride_cn=out.stride(1), stride_biasb=0, stride_biasm=bsm,
-                        stride_biasn=bsn, DIVISOR=1 if interpreting() else pointer_kernel_divisor(plan.problem.divisor))  # fmt: skip
+                        stride_biasn=bsn, k_per_split=k_per_split(K, cfg.block_k, cfg.split_k), SPLIT_K=cfg.split_k,
+                        DIVISOR=1 if interpreting() else pointer_kernel_divisor(plan.problem.divisor))  # fmt: skip
+        tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
+        assert plan.grid == (tiles * cfg.split_k,)
+        if cfg.split_k > 1:  # as the TMA kernel's: fp32 partials per tile and slice, a counter per tile
+            assert args["ws_ptr"].numel() == tiles * cfg.split_k * cfg.block_m * cfg.block_n
+            assert args["lock_ptr"].shape == (tiles,) and args["lock_ptr"].dtype == torch.int32
+        else:
+            assert args["ws_ptr"] is out and args["lock_ptr"] is out
     else:
         tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
         expected = dict(common, c_ptr=out, bias_ptr=bias_arg, k_per_split=k_per_split(K, cfg.block_k, cfg.split_k),

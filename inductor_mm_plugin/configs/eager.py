@@ -75,7 +75,16 @@ def _pointer(p: Problem) -> MatmulConfig:
     if p.elem_bytes == 4:
         return H.PTR_FP32
     if p.M <= H.PTR_SKINNY_MAX_M:
-        return MatmulConfig("ptr", max(16, pow2_ceil(p.M)), 64, 128, 1, 4, 3)
+        bm = max(16, pow2_ceil(p.M))
+        n_tiles = tiles(p, bm, 64)
+        split = 1
+        if p.batch == 1:  # split K while the slices still fill at most one wave and stay long
+            while (n_tiles * (split + 1) <= p.num_sms and cdiv(p.K, split + 1) >= H.PTR_SPLIT_K_MIN_SLICE
+                   and split < H.PTR_SPLIT_K_MAX):  # fmt: skip
+                split += 1
+            if not useful_split(p.K, 128, split):
+                split = 1
+        return MatmulConfig("ptr", bm, 64, 128, 1, 4, 3, split_k=split)
     if p.M * p.N * p.batch >= H.PTR_LARGE_FROM:
         return H.PTR_LARGE
     if p.divisor == 1:

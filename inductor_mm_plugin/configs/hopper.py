@@ -119,6 +119,12 @@ PTR_UNALIGNED_KMAJOR_B = MatmulConfig("ptr", 64, 128, 32, 8, 8, 4)
 PTR_UNALIGNED = MatmulConfig("ptr", 64, 128, 16, 8, 4, 6)
 PTR = MatmulConfig("ptr", 64, 128, 32, 8, 4, 4)
 PTR_SKINNY_MAX_M = 64  # (M rounded up to a power of two, at least 16) x 64 x 128 tiles below this
+# Skinny products read in place with too few tiles for the SMs (a weight of a few thousand
+# columns and a K of 10-30k: 30x1656x25974 ran 26 programs at 0.14 of cuBLAS, 1x1665x30629 27
+# at 0.20; bench/shapes.py at 62cfa1e, seed 2041075981) split K up to a wave, with slices of
+# at least this many columns; not yet swept (docs/performance.md, "Odd and unaligned shapes").
+PTR_SPLIT_K_MIN_SLICE = 2048
+PTR_SPLIT_K_MAX = 8
 PTR_CANDIDATES = [
     MatmulConfig("ptr", *r) for r in (
         (128, 128, 64, 8, 8, 3), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 4, 3), (64, 64, 64, 8, 4, 3),

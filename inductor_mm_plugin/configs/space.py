@@ -32,7 +32,7 @@ class MatmulConfig:
     group_m: int = 8
     num_warps: int = 4
     num_stages: int = 3
-    split_k: int = 1  # tma only: K is cut into this many slices, reduced in the kernel
+    split_k: int = 1  # K is cut into this many slices, reduced in the kernel (ptr: single matrices)
     epilogue_subtile: bool = False  # tma only: store the tile as two BLOCK_N / 2 halves
     flatten: bool = False  # tma only: tl.range(flatten=True) over tiles and K steps
 
@@ -76,8 +76,8 @@ class MatmulConfig:
             v = getattr(self, name)
             if not least <= v <= most:
                 raise ValueError(f"MatmulConfig.{name} must be in [{least}, {most}], got {v}")
-        if self.kernel == "ptr" and (self.split_k != 1 or self.epilogue_subtile or self.flatten):
-            raise ValueError("split_k, epilogue_subtile and flatten apply to the 'tma' kernel only")
+        if self.kernel == "ptr" and (self.epilogue_subtile or self.flatten):
+            raise ValueError("epilogue_subtile and flatten apply to the 'tma' kernel only")
 
     def short(self) -> str:
         s = f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages}"
@@ -185,11 +185,14 @@ def useful_split(K: int, block_k: int, split_k: int) -> bool:
 
 
 def batch_fits(p: Problem, cfg: MatmulConfig) -> bool:
-    """Whether the TMA kernel can run this config on a batch (see kernels/matmul_tma.py):
-    no split-K, and K a whole number of BLOCK_K steps when an operand is stacked along K
-    (an M-major A or an N-major B), so the last K step never reads the next matrix."""
-    if p.batch == 1 or cfg.kernel != "tma":
+    """Whether the kernels can run this config on a batch (see kernels/matmul_tma.py): no
+    split-K (in either kernel), and K a whole number of BLOCK_K steps when an operand is
+    stacked along K (an M-major A or an N-major B), so the last K step never reads the next
+    matrix."""
+    if p.batch == 1:
         return True
+    if cfg.kernel != "tma":
+        return cfg.split_k == 1  # the pointer kernel's split-K is for single matrices
     k_outer = not p.a_kmajor or not p.b_kmajor
     return cfg.split_k == 1 and (not k_outer or p.K % cfg.block_k == 0)
 

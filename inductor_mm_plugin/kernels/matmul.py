@@ -23,8 +23,12 @@ slices into an fp32 accumulator; masked loads and stores. Added on top:
 * fp32 inputs use TF32 or IEEE dot products, chosen by the runtime (INPUT_PRECISION).
 
 Dtypes: fp16, bf16, fp32 in; output in the input dtype; fp32 accumulation.
+Split-K (``SPLIT_K > 1``, single matrices): the skinny products whose weight is read in place
+(configs/eager.py) run too few tiles to fill the SMs (1x1665x30629: 27 tiles); each slice is a
+program with the K loop over its own K columns, summed by ``_split_k_sum`` as in the TMA kernel.
+
 Known gaps: 32-bit element offsets inside one matrix (the runtime sends larger
-operands to aten); no split-K here (the TMA kernel has it); operands whose sizes and strides share
+operands to aten); operands whose sizes and strides share
 no power-of-two divisor (1531 x 1531) load one element at a time, without cp.async.
 """
 
@@ -79,9 +83,35 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def _split_k_sum(acc, ws_ptr, lock_ptr, tile, split, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr):  # fmt: skip
+    """Split-K's serial reduction, shared by both kernels: (the tile's sum, whether this slice
+    holds it). Every slice's fp32 partial goes to its own workspace slot; the barrier orders
+    all threads' stores before the counter's release, and the acq_rel increment orders the
+    last slice's reads after every other release. The last slice to arrive sums the partials
+    in slice order, its own read back too, so the result's bits do not depend on which slice
+    came last (torch.use_deterministic_algorithms), and resets the counter to zero for the
+    next launch (runtime/split_k.py)."""
+    offs_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    slot0 = ws_ptr + tile.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+    tl.store(slot0 + split * (BLOCK_M * BLOCK_N) + offs_tile, acc)
+    tl.debug_barrier()
+    arrived = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    is_last = arrived == SPLIT_K - 1
+    if is_last:
+        tl.debug_barrier()
+        # .cg: read from L2, never a stale L1 line.
+        acc = tl.load(slot0 + offs_tile, cache_modifier=".cg")
+        for s in tl.static_range(1, SPLIT_K):
+            acc += tl.load(slot0 + s * (BLOCK_M * BLOCK_N) + offs_tile, cache_modifier=".cg")
+        tl.atomic_xchg(lock_ptr + tile, 0)  # ready for the next launch
+    return acc, is_last
+
+
+@triton.jit
 def _matmul_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr,
-    M, N, K,
+    a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, lock_ptr,
+    M, N, K, k_per_split,
     stride_ab, stride_am, stride_ak,
     stride_bb, stride_bk, stride_bn,
     stride_cb, stride_cm, stride_cn,
@@ -93,6 +123,7 @@ def _matmul_kernel(
     INTERPRETER_BF16: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,  # single matrices: K cut into slices of k_per_split, summed by _split_k_sum
     DIVISOR: tl.constexpr,
 ):  # fmt: skip
     # Alignment. Triton specializes an integer argument divisible by 16 (and makes one equal
@@ -133,6 +164,11 @@ def _matmul_kernel(
             stride_cn = stride_cn // DIVISOR * DIVISOR
     # Tile coordinates from the 1-D program id: batch, then grouped (row-panel) order.
     pid = tl.program_id(0)
+    if SPLIT_K > 1:
+        # Consecutive programs take one tile's slices; below, K is this slice's length.
+        pid, split = _divmod(pid, SPLIT_K)
+        k_start = split * k_per_split
+        K = tl.minimum(K - k_start, k_per_split)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     tiles_per_batch = num_pid_m * num_pid_n
@@ -150,6 +186,9 @@ def _matmul_kernel(
     # 64-bit batch offsets: BATCH * stride can pass 2**31 even when one matrix does not.
     a_ptrs = a_ptr + pid_b.to(tl.int64) * stride_ab + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + pid_b.to(tl.int64) * stride_bb + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    if SPLIT_K > 1:
+        a_ptrs += k_start * stride_ak
+        b_ptrs += k_start * stride_bk
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
@@ -165,18 +204,23 @@ def _matmul_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
+    is_last = True
+    if SPLIT_K > 1:
+        acc, is_last = _split_k_sum(acc, ws_ptr, lock_ptr, tile, split, SPLIT_K, BLOCK_M, BLOCK_N)
+
     # Epilogue on the fp32 accumulator: alpha * acc + beta * bias, then one cast.
-    if SCALE_ACC:
-        acc = acc * alpha
-    c_mask = mask_m & mask_n
-    if HAS_BIAS:
-        bias_ptrs = (
-            bias_ptr
-            + pid_b.to(tl.int64) * stride_biasb
-            + offs_m[:, None] * stride_biasm
-            + offs_n[None, :] * stride_biasn
-        )
-        bias = tl.load(bias_ptrs, mask=c_mask, other=0.0).to(tl.float32)
-        acc = acc + beta * bias
-    c_ptrs = c_ptr + pid_b.to(tl.int64) * stride_cb + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+    if is_last:
+        if SCALE_ACC:
+            acc = acc * alpha
+        c_mask = mask_m & mask_n
+        if HAS_BIAS:
+            bias_ptrs = (
+                bias_ptr
+                + pid_b.to(tl.int64) * stride_biasb
+                + offs_m[:, None] * stride_biasm
+                + offs_n[None, :] * stride_biasn
+            )
+            bias = tl.load(bias_ptrs, mask=c_mask, other=0.0).to(tl.float32)
+            acc = acc + beta * bias
+        c_ptrs = c_ptr + pid_b.to(tl.int64) * stride_cb + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)

@@ -66,7 +66,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .matmul import _divmod, _tile_coords  # shared with the pointer kernel
+from .matmul import _divmod, _split_k_sum, _tile_coords  # shared with the pointer kernel
 
 
 @triton.jit
@@ -236,25 +236,7 @@ def _matmul_kernel_tma(
 
         is_last = True
         if SPLIT_K > 1:
-            # Serial split-K reduction. Every slice's partial goes to its own workspace slot;
-            # the barrier orders all threads' stores before the counter's release, and the
-            # acq_rel increment orders the last slice's reads after every other release.
-            split = work_c % SPLIT_K
-            offs_tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-            slot0 = ws_ptr + tile_c.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
-            tl.store(slot0 + split * (BLOCK_M * BLOCK_N) + offs_tile, acc)
-            tl.debug_barrier()
-            arrived = tl.atomic_add(lock_ptr + tile_c, 1, sem="acq_rel", scope="gpu")
-            is_last = arrived == SPLIT_K - 1
-            if is_last:
-                tl.debug_barrier()
-                # The partials summed in slice order, its own read back too, whichever slice
-                # arrived last: the same bits every run (torch.use_deterministic_algorithms).
-                # .cg: read from L2, never a stale L1 line.
-                acc = tl.load(slot0 + offs_tile, cache_modifier=".cg")
-                for s in tl.static_range(1, SPLIT_K):
-                    acc += tl.load(slot0 + s * (BLOCK_M * BLOCK_N) + offs_tile, cache_modifier=".cg")
-                tl.atomic_xchg(lock_ptr + tile_c, 0)  # ready for the next launch
+            acc, is_last = _split_k_sum(acc, ws_ptr, lock_ptr, tile_c, work_c % SPLIT_K, SPLIT_K, BLOCK_M, BLOCK_N)
 
         if is_last:
             if SCALE_ACC:

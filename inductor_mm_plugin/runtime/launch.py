@@ -174,6 +174,9 @@ def _plan(a, b, out, bias, alpha, beta, autotune, config, interpreter_bf16, copy
         if plan is not None:
             return plan
         cfg = config
+        if cfg.kernel == "ptr" and not batch_fits(prob, cfg):
+            raise ValueError(f"config {cfg.short()}: the pointer kernel splits K only for a single matrix, "
+                             f"got a batch of {prob.batch}")  # fmt: skip
         if cfg.kernel == "tma" and (layout is None or not batch_fits(prob, cfg)):
             raise ValueError(f"config {cfg.short()} needs TMA-compatible operands (16-byte aligned rows, "
                              "batches stacked; not TF32 with an M-major A and a K-major B)")

@@ -37,7 +37,7 @@ class Flags(NamedTuple):
 # The tensors (or their pointers) each kernel takes first, then the per-plan arguments, then
 # alpha and beta, then the constexprs.
 _TMA_HEAD = ("a_desc", "b_desc", "c_desc", "c_ptr", "bias_ptr", "ws_ptr", "lock_ptr")
-_PTR_HEAD = ("a_ptr", "b_ptr", "c_ptr", "bias_ptr")
+_PTR_HEAD = ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "ws_ptr", "lock_ptr")
 _SCALARS = ("alpha", "beta")
 
 
@@ -93,9 +93,10 @@ class Plan:
                 SPLIT_K=cfg.split_k, EPILOGUE_SUBTILE=cfg.epilogue_subtile, FLATTEN=cfg.flatten, PREFETCH=prefetch,
             )  # fmt: skip
         else:
-            self.grid = (self.num_tiles,)
+            self.grid = (self.num_tiles * cfg.split_k,)
             # The interpreter does not make strides of 1 constants, so it gets no hint.
-            self.consts = dict(common, DIVISOR=1 if interpreting() else pointer_kernel_divisor(p.divisor))
+            self.consts = dict(common, SPLIT_K=cfg.split_k,
+                               DIVISOR=1 if interpreting() else pointer_kernel_divisor(p.divisor))  # fmt: skip
 
     @property
     def kernel(self):
@@ -113,7 +114,7 @@ class Plan:
         else:
             # (batch, row, column) strides of each operand; a matrix's batch stride is 0.
             strides = lambda t: t.stride() if t.dim() == 3 else (0, *t.stride())  # noqa: E731
-            mid = dict(M=p.M, N=p.N, K=p.K)
+            mid = dict(M=p.M, N=p.N, K=p.K, k_per_split=k_per_split(p.K, cfg.block_k, cfg.split_k))
             for name, dims, t in (("a", "bmk", a), ("b", "bkn", b), ("c", "bmn", out), ("bias", "bmn", bias)):
                 values = strides(t) if name != "bias" or self.flags.has_bias else (0, 0, 0)
                 mid.update({f"stride_{name}{d}": s for d, s in zip(dims, values)})
@@ -126,15 +127,15 @@ class Plan:
             self._bind(a, b, out, bias)
         bias_arg = bias if self.flags.has_bias else out
         scalars = (float(alpha), float(beta))
+        ws, locks = self._split_k_buffers(raw_stream(out.device)) if self.cfg.split_k > 1 else (out, out)
         if self.cfg.kernel == "tma":
-            ws, locks = self._split_k_buffers(raw_stream(out.device)) if self.cfg.split_k > 1 else (out, out)
             descs = self._descriptors(a, b, out)
             if self.descs is None:
                 # Kept without their tensors: a plan must not keep a call's tensors alive (CUDA-graph
                 # trees reject a live allocation in their pool that is not a graph output).
                 self.descs = [direct.rebased(d, None) if isinstance(d, TensorDescriptor) else None for d in descs]
             return (*descs, out, bias_arg, ws, locks, *self.mid, *scalars, *self.consts)
-        return (a, b, out, bias_arg, *self.mid, *scalars, *self.consts)
+        return (a, b, out, bias_arg, ws, locks, *self.mid, *scalars, *self.consts)
 
     def _descriptors(self, a, b, out):
         """Host-side TMA descriptors of A, B and C (C's only with a TMA store, else C itself):
@@ -213,12 +214,12 @@ class Plan:
         pout = out.data_ptr()
         pbias = bias.data_ptr() if self.flags.has_bias else pout
         scalars = (float(alpha), float(beta))
+        pws = plocks = pout
+        if self.cfg.split_k > 1:
+            ws, locks = self._split_k_buffers(stream)  # alive until the launch returns
+            pws, plocks = ws.data_ptr(), locks.data_ptr()
         try:
             if self.cfg.kernel == "tma":
-                pws = plocks = pout
-                if self.cfg.split_k > 1:
-                    ws, locks = self._split_k_buffers(stream)  # alive until the launch returns
-                    pws, plocks = ws.data_ptr(), locks.data_ptr()
                 tail = (pout, pbias, pws, plocks, *self.mid, *scalars, *self.consts)
                 if self.raw is None:
                     self.raw = direct.raw_launcher(compiled, 3 if self.c_tma else 2) or False
@@ -232,7 +233,7 @@ class Plan:
                 bases = (a, b, out)
                 args = (*(t if d is None else direct.rebased(d, t) for d, t in zip(self.descs, bases)), *tail)
             else:
-                args = (a.data_ptr(), b.data_ptr(), pout, pbias, *self.mid, *scalars, *self.consts)
+                args = (a.data_ptr(), b.data_ptr(), pout, pbias, pws, plocks, *self.mid, *scalars, *self.consts)
             compiled.run(self.grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
                          *args)  # fmt: skip
         # Rebasing (a TensorDescriptor that is no longer a plain dataclass) or the launcher's
