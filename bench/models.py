@@ -247,6 +247,89 @@ def warm_up_compilers(device: str) -> None:
     torch._dynamo.reset()
 
 
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out = out.float()
+    return float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30)) if torch.isfinite(out).all() else math.inf
+
+
+@contextlib.contextmanager
+def routing_clock():
+    """Where a plugin arm's compile time goes: compiling the kernels of the sites to be timed,
+    side by side (``precompile_s``, ``measure.precompile``), ``measure.decide`` in all
+    (``decide_s``), and within it the first call of each plugin kernel (``first_calls_s``:
+    what was not compiled ahead, and the launch plan), for ``routing``: decide_s,
+    first_calls_s, precompile_s, sites, timed."""
+    from inductor_mm_plugin.inductor import measure
+
+    spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0}
+    decide, measure_fn, call, precompile = measure.decide, measure.measure, measure._call, measure.precompile
+
+    def clocked(fn, field, count=None):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[field] += time.perf_counter() - t0
+                if count:
+                    spent[count] += 1
+
+        return run
+
+    timed_precompile, timed_decide = clocked(precompile, "precompile_s"), clocked(decide, "decide_s", "sites")
+
+    def counted_measure(*args, **kwargs):
+        spent["timed"] += 1
+        return measure_fn(*args, **kwargs)
+
+    def first_call_timed(*args, **kwargs):
+        fn, first = call(*args, **kwargs), [kwargs.get("plugin", args[-1] if args else False)]
+
+        def run():
+            if not first[0]:
+                return fn()
+            first[0] = False
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            spent["first_calls_s"] += time.perf_counter() - t0
+
+        return run
+
+    measure.decide, measure.measure, measure._call = timed_decide, counted_measure, first_call_timed
+    measure.precompile = timed_precompile
+    try:
+        yield spent
+    finally:
+        measure.decide, measure.measure, measure._call, measure.precompile = decide, measure_fn, call, precompile
+
+
+def site_check(records, plugin_profile, stock_profile) -> dict:
+    """Was each routed site's decision right in the model? Its kernels' GPU time per call in the
+    plugin arm's profiled step against stock's for the same calls (comparison/profile.py).
+    ``sites_right``: the fraction right of the routed sites the profiles can see (None: none
+    routed or none seen); ``sites_wrong``: the sites whose kernels were slower than stock's;
+    ``sites_unseen``: routed sites with no attributable kernel (templates, fused SwiGLU)."""
+    routed = [r for r in records if r.routed]
+    if plugin_profile is None or stock_profile is None:
+        return dict(sites_right=None, sites_wrong=[], sites_unseen=len(routed))
+    right, wrong, unseen = 0, [], 0
+    for r in routed:
+        key = site_key(r.site.op, r.site.shapes)
+        ours = plugin_profile.time("plugin", key) if key else None
+        theirs = stock_profile.time("aten", key) if key else None
+        if not (ours and theirs and ours.us > 0 and theirs.us > 0):
+            unseen += 1
+        elif ours.per_call_us <= theirs.per_call_us:
+            right += 1
+        else:
+            wrong.append(f"{r.site.phase} {r.site.module or '<root>'} {r.site.op} "
+                         f"{'x'.join(map(str, key[1]))}@{'x'.join(map(str, key[2]))} "
+                         f"({ours.per_call_us:.1f} us against {theirs.per_call_us:.1f})")  # fmt: skip
+    seen = right + len(wrong)
+    return dict(sites_right=right / seen if seen else None, sites_wrong=wrong, sites_unseen=unseen)
+
+
 @contextlib.contextmanager
 def cold_plugin():
     """Forget what the plugin learned in this process (``inductor_mm_plugin.reset()``: launch

@@ -199,3 +199,53 @@ def test_sweep_selector_fit_recovers_each_configs_time_model_and_resumes(tmp_pat
     # Resuming: the shapes of a seed already in the file are not drawn again.
     drawn = sweep_selector.drawn("random", 3, seed=9)
     assert drawn == sweep_selector.drawn("random", 3, seed=9) and [s["index"] for s in drawn] == [0, 1, 2]
+
+
+def test_models_site_check_reads_the_profiles_of_both_arms():
+    """Each routed site's kernels in the plugin arm's profile against stock's for the same
+    shapes: right, wrong (named), or unseen; sites not routed do not count."""
+    import types
+
+    import models
+    from inductor_mm_plugin.comparison.profile import Kernels, Profile, site_key
+
+    def record(op, shapes, routed=True, module="layers.0.up"):
+        site = types.SimpleNamespace(op=op, shapes=shapes, phase="forward", module=module)
+        return types.SimpleNamespace(site=site, routed=routed)
+
+    fast, slow, unseen, kept = (record("mm", ((64, 32), (32, 16))), record("addmm", ((16,), (64, 32), (32, 48))),
+                                record("mm", ((8, 8), (8, 8))), record("mm", ((4, 4), (4, 4)), routed=False))  # fmt: skip
+    k_fast, k_slow = site_key("mm", fast.site.shapes), site_key("addmm", slow.site.shapes)
+    plugin = Profile({("plugin", k_fast): Kernels(10.0, 2), ("plugin", k_slow): Kernels(30.0, 1)}, 100.0)
+    stock = Profile({("aten", k_fast): Kernels(12.0, 2), ("aten", k_slow): Kernels(20.0, 1)}, 100.0)
+    got = models.site_check([fast, slow, unseen, kept], plugin, stock)
+    assert got["sites_right"] == 0.5 and got["sites_unseen"] == 1
+    assert got["sites_wrong"] == ["forward layers.0.up addmm 64x32@32x48 (30.0 us against 20.0)"]
+    assert models.site_check([fast, kept], None, stock) == dict(sites_right=None, sites_wrong=[], sites_unseen=1)
+
+
+@pytest.mark.parametrize("script", sorted(p.stem for p in BENCH.glob("*.py")))
+def test_bench_scripts_name_nothing_undefined(script):
+    """Every global name a bench script's functions read is defined in the script or a
+    builtin: the GPU-only paths (models.py's site check, which once named a function a
+    refactor had removed) never run in CPU CI, so a missing name would surface on the GPU."""
+    import builtins
+    import importlib
+    import symtable
+
+    module = importlib.import_module(script)
+    source = (BENCH / f"{script}.py").read_text()
+    missing = set()
+
+    def walk(table):
+        for child in table.get_children():
+            if child.get_type() == "function":
+                for sym in child.get_symbols():
+                    if sym.is_global() and sym.is_referenced() and not sym.is_assigned():
+                        name = sym.get_name()
+                        if not hasattr(module, name) and not hasattr(builtins, name):
+                            missing.add(f"{child.get_name()}: {name}")
+            walk(child)
+
+    walk(symtable.symtable(source, f"{script}.py", "exec"))
+    assert not missing, sorted(missing)
