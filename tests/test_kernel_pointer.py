@@ -48,8 +48,6 @@ def test_pointer_kernel_forced_config(dtype, ta, tb, batch, bias_shape):
     assert_matmul_close(out, a, b, bias, beta=0.5, alpha=2.0, tf32=tf32)
 
 
-# ----------------------------------------------------------------------- load width
-
 @pytest.mark.parametrize("split", [2, 3, 5])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, True), (False, True)])
@@ -79,6 +77,8 @@ def test_pointer_kernel_split_k_is_for_single_matrices():
     with pytest.raises(ValueError, match="splits K only for a single matrix, got a batch of 2"):
         runtime.launch(a, b, poisoned(2, 16, 16, dtype=torch.float16), config=MatmulConfig("ptr", 16, 16, 16, split_k=2))
 
+
+# ----------------------------------------------------------------------- load width
 
 _PTX_OF_THE_POINTER_KERNEL = r"""
 import re, sys

@@ -97,21 +97,15 @@ def test_plan_binds_every_kernel_argument_by_name(case):
     common = dict(M=M, N=N, K=K, alpha=2.0, beta=0.5, HAS_BIAS=bias is not None, SCALE_ACC=True,
                   INPUT_PRECISION="ieee", INTERPRETER_BF16=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                   BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)  # fmt: skip
+    tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
     if cfg.kernel == "ptr":
         expected = dict(common, a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias_arg, stride_ab=0, stride_am=a.stride(0),
                         stride_ak=a.stride(1), stride_bb=0, stride_bk=b.stride(0), stride_bn=b.stride(1), stride_cb=0,
                         stride_cm=out.stride(0), stride_cn=out.stride(1), stride_biasb=0, stride_biasm=bsm,
                         stride_biasn=bsn, k_per_split=k_per_split(K, cfg.block_k, cfg.split_k), SPLIT_K=cfg.split_k,
                         DIVISOR=1 if interpreting() else pointer_kernel_divisor(plan.problem.divisor))  # fmt: skip
-        tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
         assert plan.grid == (tiles * cfg.split_k,)
-        if cfg.split_k > 1:  # as the TMA kernel's: fp32 partials per tile and slice, a counter per tile
-            assert args["ws_ptr"].numel() == tiles * cfg.split_k * cfg.block_m * cfg.block_n
-            assert args["lock_ptr"].shape == (tiles,) and args["lock_ptr"].dtype == torch.int32
-        else:
-            assert args["ws_ptr"] is out and args["lock_ptr"] is out
     else:
-        tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
         expected = dict(common, c_ptr=out, bias_ptr=bias_arg, k_per_split=k_per_split(K, cfg.block_k, cfg.split_k),
                         BATCH=1, num_programs=persistent_programs(tiles * cfg.split_k, num_sms(a.device)),
                         stride_cb=0, stride_cm=out.stride(0), stride_cn=out.stride(1), stride_biasm=bsm,
@@ -125,11 +119,11 @@ def test_plan_binds_every_kernel_argument_by_name(case):
                 assert args[name] is out  # no TMA store: C itself, unused
             else:
                 assert isinstance(args[name], TensorDescriptor) and args[name].base is base
-        if cfg.split_k > 1:  # fp32 partials per tile and slice, one counter per tile
-            assert args["ws_ptr"].numel() == tiles * cfg.split_k * cfg.block_m * cfg.block_n
-            assert args["lock_ptr"].shape == (tiles,) and args["lock_ptr"].dtype == torch.int32
-        else:
-            assert args["ws_ptr"] is out and args["lock_ptr"] is out
+    if cfg.split_k > 1:  # either kernel: fp32 partials per tile and slice, one counter per tile
+        assert args["ws_ptr"].numel() == tiles * cfg.split_k * cfg.block_m * cfg.block_n
+        assert args["lock_ptr"].shape == (tiles,) and args["lock_ptr"].dtype == torch.int32
+    else:
+        assert args["ws_ptr"] is out and args["lock_ptr"] is out
     for name, value in expected.items():
         assert args[name] is value if isinstance(value, torch.Tensor) else args[name] == value, name
     assert set(args) - set(expected) <= {"a_desc", "b_desc", "c_desc", "ws_ptr", "lock_ptr"}
