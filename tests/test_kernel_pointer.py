@@ -1,5 +1,5 @@
 """kernels/matmul.py: the pointer kernel against the float64 reference with forced configs, its
-load-width divisor (compiled for sm_90: cp.async instead of element loads), and the jit
+per-operand load-width divisors (compiled for sm_90: cp.async instead of element loads), and the jit
 helpers both kernels share: ``_divmod`` (exact without an integer division) and the grouped
 tile order ``_tile_coords`` (test_templates.py checks the templates' copy of it against
 ``eager_tile_coords`` here)."""
@@ -82,20 +82,28 @@ def test_pointer_kernel_split_k_is_for_single_matrices():
 
 _PTX_OF_THE_POINTER_KERNEL = r"""
 import re, sys
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from inductor_mm_plugin.kernels.matmul import _matmul_kernel
-from inductor_mm_plugin.runtime.layout import pointer_kernel_divisor, pow2_divisor
+from inductor_mm_plugin.runtime.layout import pointer_hints
 
-# mm of a (2000, 500) by a (500, 3000) bf16 matrix, both row-major: the arguments as the
-# launcher passes them, specialized as Triton's JIT would (ints divisible by 16 marked,
-# strides of 1 made constants).
-M, N, K = 2000, 3000, 500
-mid = dict(M=M, N=N, K=K, stride_ab=0, stride_am=K, stride_ak=1, stride_bb=0, stride_bk=N, stride_bn=1,
-           stride_cb=0, stride_cm=N, stride_cn=1, stride_biasb=0, stride_biasm=0, stride_biasn=0, k_per_split=K)
+# mm of bf16 operands laid out as the argument says (A transposed: a = x.t(); B a Linear
+# weight: b = w.t()): the arguments as the launcher passes them, specialized as Triton's JIT
+# would (ints divisible by 16 marked, strides of 1 made constants).
+M, N, K = map(int, sys.argv[1].split("x"))
+ta, tb = sys.argv[2] == "t", sys.argv[3] == "t"
+a = torch.empty(K, M, dtype=torch.bfloat16).t() if ta else torch.empty(M, K, dtype=torch.bfloat16)
+b = torch.empty(N, K, dtype=torch.bfloat16).t() if tb else torch.empty(K, N, dtype=torch.bfloat16)
+c = torch.empty(M, N, dtype=torch.bfloat16)
+mid = dict(M=M, N=N, K=K, stride_ab=0, stride_am=a.stride(0), stride_ak=a.stride(1), stride_bb=0,
+           stride_bk=b.stride(0), stride_bn=b.stride(1), stride_cb=0, stride_cm=N, stride_cn=1, stride_biasb=0,
+           stride_biasm=0, stride_biasn=0, k_per_split=K)
+hints = pointer_hints(a, b, c)
+if sys.argv[4] == "none":
+    hints.update(A_DIVISOR=1, B_DIVISOR=1, C_DIVISOR=1)
 consts = dict(HAS_BIAS=False, SCALE_ACC=False, INPUT_PRECISION="ieee", INTERPRETER_BF16=False,
-              BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, SPLIT_K=1,
-              DIVISOR=pointer_kernel_divisor(pow2_divisor(list(mid.values())[:12])) if sys.argv[1] == "hint" else 1)
+              BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, SPLIT_K=1, **hints)
 missing = {p.name for p in _matmul_kernel.params if p.is_constexpr} - set(consts)
 assert not missing, f"the script does not set the kernel's constexprs {sorted(missing)}"
 sig, attrs = {}, {}
@@ -115,27 +123,36 @@ for i, name in enumerate(_matmul_kernel.arg_names):
             attrs[(i,)] = [["tt.divisibility", 16]]
 src = triton.compiler.ASTSource(_matmul_kernel, sig, consts, attrs)
 ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=4)).asm["ptx"]
-print(consts["DIVISOR"], len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)),
-      len(re.findall(r"ld\.global\.b16", ptx)))
+copies = re.findall(r"cp\.async\.c[ag]\.shared\.global[^;]*", ptx)
+widths = sorted({int(c.split(",")[2].strip(), 0) for c in copies})
+print(hints["A_DIVISOR"], hints["B_DIVISOR"], hints["C_DIVISOR"], ",".join(map(str, widths)) or "-",
+      len(re.findall(r"ld\.global(?:\.\w+)*\.b16", ptx)), len(re.findall(r"st\.global(?:\.\w+)*\.b16", ptx)))
 """
 
 
-@pytest.mark.parametrize("hint", ["hint", "none"])
-def test_divisor_turns_element_loads_into_cp_async(hint):
-    """Compiled for sm_90 on the CPU (Triton's own ptxas): with K = 500 and rows of 3000
-    elements, the unhinted kernel loads one bf16 at a time; DIVISOR = 4 gives pipelined
-    8-byte cp.async copies and no element loads."""
+@pytest.mark.parametrize(
+    "shape,ta,tb,hint,expected",
+    [
+        # K = 500 and rows of 3000 elements: unhinted, one bf16 at a time, loaded and stored.
+        ("2000x3000x500", "n", "n", "none", (1, 1, 1, "-", True, True)),
+        # Hinted: 8-byte cp.async for A (K = 500), 16-byte for B and whole-vector stores (N = 3000).
+        ("2000x3000x500", "n", "n", "hint", (4, 8, 8, "8,16", False, False)),
+        # M = 53 under a transposed A: only A's loads (along M) go one element at a time; B's
+        # rows of 552 and C's of 136 keep 16 bytes (one divisor for all gave none of them).
+        ("53x136x552", "t", "t", "hint", (1, 8, 8, "16", True, False)),
+    ],
+)
+def test_divisors_turn_element_loads_into_cp_async(shape, ta, tb, hint, expected):
+    """Compiled for sm_90 on the CPU (Triton's own ptxas): each operand's divisor
+    (layout.load_divisors) sets the width of its own loads, or of C's stores."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _PTX_OF_THE_POINTER_KERNEL, hint], env=env, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", _PTX_OF_THE_POINTER_KERNEL, shape, ta, tb, hint], env=env,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
     if res.returncode != 0 and ("ptxas" in res.stderr or "NVPTX" in res.stderr):
         pytest.skip(f"this Triton cannot compile for sm_90 here: {res.stderr.strip().splitlines()[-1]}")
     assert res.returncode == 0, res.stderr
-    divisor, cp_async, element_loads = map(int, res.stdout.split())
-    if hint == "hint":
-        assert divisor == 4 and cp_async > 0 and element_loads == 0
-    else:
-        assert divisor == 1 and cp_async == 0 and element_loads > 0
+    da, db, dc, widths, element_loads, element_stores = res.stdout.split()
+    assert (int(da), int(db), int(dc), widths, int(element_loads) > 0, int(element_stores) > 0) == expected
 
 
 # ------------------------------------------------------------------- shared jit helpers
@@ -224,11 +241,13 @@ def test_tile_order_covers_each_tile_once_in_groups_of_rows(num_pid_m, num_pid_n
         (torch.bfloat16, 1, 1, 300, 100, 4),  # M = 1: a constant, left alone by the hint
         (torch.float32, 1, 202, 306, 98, 2),
         (torch.bfloat16, 3, 500, 300, 100, 4),
+        (torch.bfloat16, 1, 53, 136, 552, None),  # A's divisor 1 along M (transposed), else 8
     ],
     ids=str,
 )
 def test_gpu_pointer_kernel_with_alignment_hint(ta, tb, dtype, batch, M, N, K, divisor):
-    """Rows the TMA cannot take but a divisor can vectorize: every layout, the batch, M = 1."""
+    """Rows the TMA cannot take but divisors can vectorize: every layout, the batch, M = 1,
+    an odd M that narrows only the loads along M."""
     if batch == 1:
         a, b = operand(M, K, dtype, transposed=ta), operand(K, N, dtype, transposed=tb)
         launch, shape = runtime.mm_launch, (M, N)
@@ -238,7 +257,9 @@ def test_gpu_pointer_kernel_with_alignment_hint(ta, tb, dtype, batch, M, N, K, d
         launch, shape = runtime.bmm_launch, (batch, M, N)
     out = poisoned(*shape, dtype=dtype)
     plan = runtime.launch(a, b, out, copy_unaligned=False)  # read in place (the default may copy: layout.aligned)
-    assert plan.cfg.kernel == "ptr" and kernel_args(plan, a, b, out)["DIVISOR"] == divisor
+    hints = kernel_args(plan, a, b, out)
+    expected = (divisor,) * 3 if divisor else (1 if ta else 8, 8, 8)
+    assert plan.cfg.kernel == "ptr" and (hints["A_DIVISOR"], hints["B_DIVISOR"], hints["C_DIVISOR"]) == expected
     for _ in range(3):  # the first call compiles; the others take the direct launch
         a.normal_()
         out = launch(a, b, out=poisoned(*shape, dtype=dtype))

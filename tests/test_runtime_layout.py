@@ -1,6 +1,6 @@
 """runtime/layout.py: which kernel a call's operands allow (the TMA kernel where descriptors
 can read them, the pointer kernel for the rest), how the TMA kernel reads them, and the facts
-a config is chosen from (the pointer kernel's load-width divisor among them)."""
+a config is chosen from (the pointer kernel's per-operand load-width divisors among them)."""
 
 import itertools
 
@@ -12,6 +12,8 @@ from conftest import DEVICE
 from inductor_mm_plugin import runtime
 from inductor_mm_plugin.configs import hopper
 from inductor_mm_plugin.runtime.layout import (
+    load_divisors,
+    pointer_hints,
     pointer_kernel_divisor,
     pointer_kernel_reason,
     pow2_divisor,
@@ -96,6 +98,37 @@ def test_pointer_kernel_divisor_divides_every_size_and_stride(values, divisor, h
     assert pow2_divisor(values) == divisor
     assert all(v % divisor == 0 for v in values if v not in (0, 1))
     assert pointer_kernel_divisor(divisor) == hint
+
+
+@pytest.mark.parametrize(
+    "M,N,K,ta,tb,expected",
+    [
+        (53, 136, 552, True, True, (1, 8, 8)),  # an odd M narrows only A, read along M
+        (53, 136, 552, False, False, (8, 8, 8)),  # ... and nothing when A is read along K
+        (43, 152, 4218, False, False, (2, 8, 8)),
+        (2000, 3000, 500, False, True, (4, 4, 8)),  # B = w.t(): rows of K = 500
+        (64, 48, 16, False, False, (16, 16, 16)),
+        (1, 300, 100, True, False, (4, 4, 4)),  # a (1, K) view with both strides 1: along K
+    ],
+)
+def test_load_divisors_are_per_operand(M, N, K, ta, tb, expected):
+    """Each matrix's divisor divides its strides and its size along its unit stride, and no
+    other size: the kernel tests only that size in the masks along its loads."""
+    dt = torch.bfloat16
+    a, b, out = operand(M, K, dt, transposed=ta), operand(K, N, dt, transposed=tb), poisoned(M, N, dtype=dt)
+    assert load_divisors(a, b, out) == expected
+    for t, rows, cols, d in zip((a, b, out), (M, K, M), (K, N, N), expected):
+        along = cols if t.stride(-1) == 1 else rows
+        assert all(v % d == 0 for v in (*t.stride(), along) if v not in (0, 1))
+    hints = pointer_hints(a, b, out)
+    assert [hints[f"{x}_DIVISOR"] for x in "ABC"] == [pointer_kernel_divisor(d) for d in expected]
+    assert [hints[f"{x}_ROW_MAJOR"] for x in "ABC"] == [a.stride(-1) == 1, b.stride(-1) == 1, True]
+
+
+def test_load_divisors_of_a_matrix_without_a_unit_stride():
+    a = randn(40, 64, dtype=torch.float16)[:, ::2]  # strides (64, 2): no load is wider than one element
+    b = randn(32, 24, dtype=torch.float16)
+    assert load_divisors(a, b, poisoned(40, 24, dtype=torch.float16)) == (1, 8, 8)
 
 
 def test_problem_carries_the_divisor_and_the_pointer_layout():

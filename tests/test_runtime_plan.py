@@ -17,7 +17,7 @@ from inductor_mm_plugin.interpreter import interpreting
 from inductor_mm_plugin.ops.reference import assert_matmul_close
 from inductor_mm_plugin.runtime import direct
 from inductor_mm_plugin.runtime.device import num_sms
-from inductor_mm_plugin.runtime.layout import pointer_kernel_divisor, pow2_divisor
+from inductor_mm_plugin.runtime.layout import load_divisors, pointer_hints
 from inductor_mm_plugin.runtime.plan import Plan, _in_signature_order
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -91,7 +91,7 @@ def test_plan_binds_every_kernel_argument_by_name(case):
     assert_matmul_close(out, a, b, bias, beta=0.5, alpha=2.0)
     args = kernel_args(plan, a, b, out, bias, 2.0, 0.5)
     assert plan.kernel.fn.__name__ == ("_matmul_kernel_tma" if cfg.kernel == "tma" else "_matmul_kernel")
-    assert plan.problem.divisor == pow2_divisor((M, N, K, *a.stride(), *b.stride(), *out.stride()))
+    assert plan.problem.divisor == min(load_divisors(a, b, out)[:2])
     bias_arg = out if bias is None else bias
     bsm, bsn = (0, 0) if bias is None else bias.stride()
     common = dict(M=M, N=N, K=K, alpha=2.0, beta=0.5, HAS_BIAS=bias is not None, SCALE_ACC=True,
@@ -103,7 +103,9 @@ def test_plan_binds_every_kernel_argument_by_name(case):
                         stride_ak=a.stride(1), stride_bb=0, stride_bk=b.stride(0), stride_bn=b.stride(1), stride_cb=0,
                         stride_cm=out.stride(0), stride_cn=out.stride(1), stride_biasb=0, stride_biasm=bsm,
                         stride_biasn=bsn, k_per_split=k_per_split(K, cfg.block_k, cfg.split_k), SPLIT_K=cfg.split_k,
-                        DIVISOR=1 if interpreting() else pointer_kernel_divisor(plan.problem.divisor))  # fmt: skip
+                        **pointer_hints(a, b, out))  # fmt: skip
+        if interpreting():
+            expected.update(A_DIVISOR=1, B_DIVISOR=1, C_DIVISOR=1)
         assert plan.grid == (tiles * cfg.split_k,)
     else:
         expected = dict(common, c_ptr=out, bias_ptr=bias_arg, k_per_split=k_per_split(K, cfg.block_k, cfg.split_k),

@@ -109,8 +109,9 @@ class Problem:
     has_bias: bool = False
     num_sms: int = DEFAULT_NUM_SMS
     precision: str = "ieee"  # the dot's input precision: "ieee", or "tf32" for fp32 with TF32 allowed
-    # The largest power of two up to 16 dividing every size and stride other than 0 and 1
-    # (runtime.layout.pow2_divisor): how wide the pointer kernel's loads can be.
+    # How wide the pointer kernel's narrower operand load can be: the largest power of two up
+    # to 16 dividing that operand's strides and its size along its unit stride
+    # (runtime.layout.load_divisors).
     divisor: int = 16
 
     def bucket(self) -> str:

@@ -70,6 +70,17 @@ def _divmod(n, d):
 
 
 @triton.jit
+def _multiple_of(x, DIVISOR: tl.constexpr):
+    """``x`` itself, written as ``x // DIVISOR * DIVISOR`` (the runtime checked that DIVISOR
+    divides it) so that Triton's alignment analysis knows it; constants (a stride or size of
+    1, which Triton makes constexpr) pass unchanged, as ``1 // DIVISOR * DIVISOR`` is 0."""
+    if DIVISOR > 1:
+        if isinstance(x, tl.tensor):
+            x = x // DIVISOR * DIVISOR
+    return x
+
+
+@triton.jit
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     # Grouped order: GROUP_M row-tiles in a row share the same B column panel in L2.
     # Without integer divisions (_divmod).
@@ -124,44 +135,26 @@ def _matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr,  # single matrices: K cut into slices of k_per_split, summed by _split_k_sum
-    DIVISOR: tl.constexpr,
+    A_DIVISOR: tl.constexpr, B_DIVISOR: tl.constexpr, C_DIVISOR: tl.constexpr,  # load and store widths
+    A_ROW_MAJOR: tl.constexpr, B_ROW_MAJOR: tl.constexpr, C_ROW_MAJOR: tl.constexpr,  # unit stride along columns
 ):  # fmt: skip
     # Alignment. Triton specializes an integer argument divisible by 16 (and makes one equal
     # to 1 a constant), nothing in between: with K = 500 or rows of 3000 elements every
     # masked load goes one element at a time, without cp.async (ld.global.b16 in the PTX;
     # triton-lang/triton#4478; a divisible-by-8 tier was proposed in triton-lang/triton#10389).
-    # DIVISOR is a power of two that the runtime found dividing every size and every stride
-    # other than 0 and 1; `x // DIVISOR * DIVISOR` is then x itself, and Triton's alignment
-    # analysis reads the divisor off the multiply: 8-byte cp.async at DIVISOR = 4 for bf16,
-    # 16-byte at 8. Values equal to 1 are constants here, not tensors, and stay as they are
-    # (the interpreter passes them as tensors, so the runtime gives it DIVISOR = 1). Written
-    # out value by value: a @triton.jit helper receives such a constant as a plain int, and
-    # `1 // DIVISOR * DIVISOR` there is 0.
-    if DIVISOR > 1:
-        if isinstance(M, tl.tensor):
-            M = M // DIVISOR * DIVISOR
-        if isinstance(N, tl.tensor):
-            N = N // DIVISOR * DIVISOR
-        if isinstance(K, tl.tensor):
-            K = K // DIVISOR * DIVISOR
-        if isinstance(stride_ab, tl.tensor):
-            stride_ab = stride_ab // DIVISOR * DIVISOR
-        if isinstance(stride_am, tl.tensor):
-            stride_am = stride_am // DIVISOR * DIVISOR
-        if isinstance(stride_ak, tl.tensor):
-            stride_ak = stride_ak // DIVISOR * DIVISOR
-        if isinstance(stride_bb, tl.tensor):
-            stride_bb = stride_bb // DIVISOR * DIVISOR
-        if isinstance(stride_bk, tl.tensor):
-            stride_bk = stride_bk // DIVISOR * DIVISOR
-        if isinstance(stride_bn, tl.tensor):
-            stride_bn = stride_bn // DIVISOR * DIVISOR
-        if isinstance(stride_cb, tl.tensor):
-            stride_cb = stride_cb // DIVISOR * DIVISOR
-        if isinstance(stride_cm, tl.tensor):
-            stride_cm = stride_cm // DIVISOR * DIVISOR
-        if isinstance(stride_cn, tl.tensor):
-            stride_cn = stride_cn // DIVISOR * DIVISOR
+    # Each operand's DIVISOR is a power of two that the runtime found dividing its strides
+    # and its size along its unit stride (layout.load_divisors): one operand's odd size
+    # (M = 123) no longer narrows the others' loads. Rewritten by _multiple_of, whose
+    # multiply Triton's alignment analysis reads: 8-byte cp.async at 4 for bf16, 16-byte at 8.
+    stride_ab = _multiple_of(stride_ab, A_DIVISOR)
+    stride_am = _multiple_of(stride_am, A_DIVISOR)
+    stride_ak = _multiple_of(stride_ak, A_DIVISOR)
+    stride_bb = _multiple_of(stride_bb, B_DIVISOR)
+    stride_bk = _multiple_of(stride_bk, B_DIVISOR)
+    stride_bn = _multiple_of(stride_bn, B_DIVISOR)
+    stride_cb = _multiple_of(stride_cb, C_DIVISOR)
+    stride_cm = _multiple_of(stride_cm, C_DIVISOR)
+    stride_cn = _multiple_of(stride_cn, C_DIVISOR)
     # Tile coordinates from the 1-D program id: batch, then grouped (row-panel) order.
     pid = tl.program_id(0)
     if SPLIT_K > 1:
@@ -179,10 +172,23 @@ def _matmul_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     # Loads are masked on the true indices, never wrapped with `% M`: a wrapped index with
-    # a contiguity hint can read past the end of a column-major operand. Triton
-    # specializes M, N, K divisible by 16, which keeps aligned loads vectorized.
-    mask_m = offs_m[:, None] < M
-    mask_n = offs_n[None, :] < N
+    # a contiguity hint can read past the end of a column-major operand. A mask vectorizes
+    # along an operand's unit stride where the size it tests is a known multiple there: the
+    # operand's own divisor, on its own copy of that size.
+    if A_ROW_MAJOR:
+        m_a, k_a = M, _multiple_of(K, A_DIVISOR)
+    else:
+        m_a, k_a = _multiple_of(M, A_DIVISOR), K
+    if B_ROW_MAJOR:
+        k_b, n_b = K, _multiple_of(N, B_DIVISOR)
+    else:
+        k_b, n_b = _multiple_of(K, B_DIVISOR), N
+    if C_ROW_MAJOR:
+        m_c, n_c = M, _multiple_of(N, C_DIVISOR)
+    else:
+        m_c, n_c = _multiple_of(M, C_DIVISOR), N
+    mask_am = offs_m[:, None] < m_a
+    mask_bn = offs_n[None, :] < n_b
     # 64-bit batch offsets: BATCH * stride can pass 2**31 even when one matrix does not.
     a_ptrs = a_ptr + pid_b.to(tl.int64) * stride_ab + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + pid_b.to(tl.int64) * stride_bb + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
@@ -192,9 +198,8 @@ def _matmul_kernel(
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = tl.load(a_ptrs, mask=mask_m & (offs_k[None, :] < k_left), other=0.0)
-        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n, other=0.0)
+        a = tl.load(a_ptrs, mask=mask_am & (offs_k[None, :] < k_a - k * BLOCK_K), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_b - k * BLOCK_K) & mask_bn, other=0.0)
         if INTERPRETER_BF16:
             # Interpreter only: its bf16 tl.dot multiplies raw bit patterns
             # (triton-lang/triton#11584). The GPU path never sets this flag.
@@ -212,7 +217,6 @@ def _matmul_kernel(
     if is_last:
         if SCALE_ACC:
             acc = acc * alpha
-        c_mask = mask_m & mask_n
         if HAS_BIAS:
             bias_ptrs = (
                 bias_ptr
@@ -220,7 +224,7 @@ def _matmul_kernel(
                 + offs_m[:, None] * stride_biasm
                 + offs_n[None, :] * stride_biasn
             )
-            bias = tl.load(bias_ptrs, mask=c_mask, other=0.0).to(tl.float32)
+            bias = tl.load(bias_ptrs, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N), other=0.0).to(tl.float32)
             acc = acc + beta * bias
         c_ptrs = c_ptr + pid_b.to(tl.int64) * stride_cb + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < m_c) & (offs_n[None, :] < n_c))

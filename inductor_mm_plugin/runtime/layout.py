@@ -187,10 +187,34 @@ def pow2_divisor(values) -> int:
 
 
 def pointer_kernel_divisor(divisor: int) -> int:
-    """The pointer kernel's DIVISOR for a problem's ``pow2_divisor`` of its sizes and strides:
-    1 where that is 16, since Triton specializes on 16 already (the kernel stays the one it
-    compiled before), else the divisor itself."""
+    """The pointer kernel's DIVISOR for an operand's ``pow2_divisor``: 1 where that is 16,
+    since Triton specializes on 16 already (the kernel stays the one it compiled before),
+    else the divisor itself."""
     return 1 if divisor >= 16 else divisor
+
+
+def load_divisors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple[int, int, int]:
+    """(A, B, C): for each matrix, ``pow2_divisor`` of its strides and its size along its
+    unit stride (columns first, as the kernel's ``*_ROW_MAJOR``), 1 where it has none: how wide
+    the pointer kernel's loads and stores of it can be. Per operand, so that M = 123 narrows
+    only the loads along M (kernels/matmul.py)."""
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+
+    def one(t, rows, cols):
+        strides = t.stride() if t.dim() == 3 else (0, *t.stride())
+        along = cols if strides[2] == 1 else rows if strides[1] == 1 else None
+        return 1 if along is None else pow2_divisor((*strides, along))
+
+    return one(a, M, K), one(b, K, N), one(out, M, N)
+
+
+def pointer_hints(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> dict:
+    """The pointer kernel's alignment constexprs for these operands (``load_divisors``)."""
+    da, db, dc = load_divisors(a, b, out)
+    return dict(A_DIVISOR=pointer_kernel_divisor(da), B_DIVISOR=pointer_kernel_divisor(db),
+                C_DIVISOR=pointer_kernel_divisor(dc), A_ROW_MAJOR=a.stride(-1) == 1, B_ROW_MAJOR=b.stride(-1) == 1,
+                C_ROW_MAJOR=out.stride(-1) == 1)  # fmt: skip
 
 
 def bias_mode(bias: torch.Tensor) -> str:
@@ -210,5 +234,5 @@ def problem(a, b, out, layout: TmaLayout | None, has_bias: bool, precision: str 
         tma=tma, a_kmajor=layout.a_kmajor if tma else a.stride(-1) == 1,
         b_kmajor=layout.b_kmajor if tma else b.stride(-2) == 1, c_tma=layout.c_tma if tma else False,
         has_bias=has_bias, num_sms=num_sms(a.device), precision=precision,
-        divisor=pow2_divisor((M, N, K, *a.stride(), *b.stride(), *out.stride())),
+        divisor=min(load_divisors(a, b, out)[:2]),
     )  # fmt: skip

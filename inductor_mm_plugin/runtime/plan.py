@@ -21,7 +21,7 @@ from ..kernels.matmul import _matmul_kernel
 from ..kernels.matmul_tma import _matmul_kernel_tma
 from . import direct, split_k
 from .device import device_guard, raw_stream
-from .layout import TmaLayout, aligned, pointer_kernel_divisor
+from .layout import TmaLayout, aligned, pointer_hints
 
 
 class Flags(NamedTuple):
@@ -94,9 +94,7 @@ class Plan:
             )  # fmt: skip
         else:
             self.grid = (self.num_tiles * cfg.split_k,)
-            # The interpreter does not make strides of 1 constants, so it gets no hint.
-            self.consts = dict(common, SPLIT_K=cfg.split_k,
-                               DIVISOR=1 if interpreting() else pointer_kernel_divisor(p.divisor))  # fmt: skip
+            self.consts = dict(common, SPLIT_K=cfg.split_k)  # and the alignment hints, in _bind
 
     @property
     def kernel(self):
@@ -119,6 +117,11 @@ class Plan:
                 values = strides(t) if name != "bias" or self.flags.has_bias else (0, 0, 0)
                 mid.update({f"stride_{name}{d}": s for d, s in zip(dims, values)})
             head = _PTR_HEAD
+            # The interpreter does not make strides of 1 constants, so it gets no hint.
+            hints = pointer_hints(a, b, out)
+            if interpreting():
+                hints.update(A_DIVISOR=1, B_DIVISOR=1, C_DIVISOR=1)
+            self.consts = dict(self.consts, **hints)
         self.mid, self.consts = _in_signature_order(self.kernel, head, mid, self.consts)
 
     def args(self, a, b, out, bias, alpha, beta) -> tuple:
