@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import pathlib
 import sys
 
@@ -97,6 +98,29 @@ def _skinny_lows(M):
     if bm >= 64:
         extra = [_deepest(T(bm, bn, 256, 1, 4, 6, split, False, split == 1)) for bn in (32, 64) for split in (1, 2, 4)]
     return list(dict.fromkeys(_skinny_configs(M) + extra))
+
+
+def _ptr_skinny(M):
+    """Pointer-kernel tiles for a skinny product read in place: (M rounded up) x BLOCK_N, K
+    split up to 16 ways, 64- or 128-deep steps (eager._pointer's rule is one point of this)."""
+    bm = max(16, 1 << (M - 1).bit_length()) if M > 1 else 16
+    cfg = matmul_config_class()
+    return [cfg("ptr", bm, bn, bk, group_m=1, num_warps=4, num_stages=3, split_k=split)
+            for bn in (32, 64, 128) for bk in (64, 128) for split in (1, 2, 4, 8, 16)]  # fmt: skip
+
+
+def _drawn_unaligned_skinny(seed, n=16):
+    """``n`` shapes of the random suite's distribution (suites.random_shapes) with M <= 64 and
+    at least one operand whose rows TMA cannot read: drawn, not listed."""
+    from inductor_mm_plugin.inductor.shape_table import is_aligned
+    from suites import random_shapes
+
+    picked = []
+    for s in random_shapes(40 * n, seed):
+        M = s["M"] if s["layout"].startswith("t_") else None
+        if s["M"] <= 64 and not is_aligned(s["N"], s["K"], s["dtype"], M) and len(picked) < n:
+            picked.append(((s["M"], s["N"], s["K"]), s["layout"], s["dtype"]))
+    return picked
 
 
 GROUPS = {
@@ -212,6 +236,9 @@ GROUPS = {
             P(64, 128, 32, 8, 4, 3),
         ],
     ),
+    # Skinny products with an unaligned operand, read in place: drawn from the random suite
+    # (--seed), the data behind eager._pointer's tile and split (hopper.PTR_SPLIT_K_*).
+    "ptr_skinny": dict(draw=_drawn_unaligned_skinny, graph=True, configs=_ptr_skinny),
     "skinny": dict(
         shapes=[(m, n, k) for m in (1, 8, 16, 32, 64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
         dtype="bf16", layouts=["row", "linear"], graph=True, configs=None,
@@ -244,18 +271,24 @@ def _spec(x):
     return 1 if x == 1 else 16 if x % 16 == 0 else 0
 
 
-def tasks_of(groups):
+def cases_of(spec, seed):
+    """A group's (shape, layout, dtype) cases: its shapes in each of its layouts, or drawn."""
+    if "draw" in spec:
+        return spec["draw"](seed)
+    return [(shape, layout, spec["dtype"]) for shape in spec["shapes"] for layout in spec["layouts"]]
+
+
+def tasks_of(groups, seed=0):
     """One compile task per distinct kernel specialization (shapes sharing one are compiled once)."""
     tasks, seen = [], set()
     for g in groups:
         spec = GROUPS[g]
-        for shape in spec["shapes"]:
-            for layout in spec["layouts"]:
-                for cfg in [None, *_configs_of(spec, shape)]:  # None: the heuristic's pick
-                    key = (spec["dtype"], layout, cfg, *(map(_spec, shape) if cfg else shape))
-                    if key not in seen:
-                        seen.add(key)
-                        tasks.append((g, shape, spec["dtype"], layout, cfg))
+        for shape, layout, dtype in cases_of(spec, seed):
+            for cfg in [None, *_configs_of(spec, shape)]:  # None: the heuristic's pick
+                key = (dtype, layout, cfg, *(map(_spec, shape) if cfg else shape))
+                if key not in seen:
+                    seen.add(key)
+                    tasks.append((g, shape, dtype, layout, cfg))
     return tasks
 
 
@@ -272,11 +305,12 @@ def _compile(task):
         return f"{g} {M}x{N}x{K} {layout} {config_name(cfg) or 'heuristic'}: {type(e).__name__}: {str(e)[:300]}"
 
 
-def sweep_shape(g, spec, shape, layout, n_rounds):
+def sweep_shape(g, spec, shape, layout, n_rounds, dtype_name=None):
     """One JSONL row: every config checked, then all timed in rounds against torch.mm."""
     rt = plugin_runtime()
     M, N, K = shape
-    dtype = dtype_of(spec["dtype"])
+    dtype_name = dtype_name or spec["dtype"]
+    dtype = dtype_of(dtype_name)
     tf32 = dtype == torch.float32
     a, b = make_operands(M, N, K, dtype, layout)
     op = torch.ops.inductor_mm_plugin.mm
@@ -311,7 +345,7 @@ def sweep_shape(g, spec, shape, layout, n_rounds):
         results[name].update(ms=median(times[name]), ratio=median(rs), ratio_rounds=rs, error=None)
     ok = [r for r in results.values() if r.get("ms")]
     best = max(ok, key=lambda r: r["ratio"]) if ok else None
-    row = dict(group=g, M=M, N=N, K=K, dtype=spec["dtype"], layout=layout,
+    row = dict(group=g, M=M, N=N, K=K, dtype=dtype_name, layout=layout,
                timing="cudagraph" if spec["graph"] else "do_bench", cublas_ms=median(times["cublas"]),
                heuristic=config_name(heur), heuristic_error=err,
                heuristic_ms=median(times["heuristic"]) if "heuristic" in times else None,
@@ -325,31 +359,35 @@ def sweep_shape(g, spec, shape, layout, n_rounds):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--groups", nargs="+", default=["llm", "skinny"], choices=list(GROUPS))
+    p.add_argument("--seed", type=int, default=None, help="drawn groups (ptr_skinny): repeat a draw (default: new)")
     add_common_args(p, "sweep.jsonl", jobs=True)
     args = p.parse_args()
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    print(f"seed {seed}", flush=True)
     require_cuda("sweep_configs.py")
     import inductor_mm_plugin  # noqa: F401  (registers the ops)
 
     torch.backends.cuda.matmul.allow_tf32 = True
     meta = run_meta(args.commit)
     jsonl = pathlib.Path(args.out) / "sweep.jsonl"
-    errors = [e for e in precompile(tasks_of(args.groups), _compile, args.jobs) if e]
+    errors = [e for e in precompile(tasks_of(args.groups, seed), _compile, args.jobs) if e]
     for e in errors[:20]:
         print("  compile failed:", e, flush=True)
     for g in args.groups:
         spec = GROUPS[g]
-        for shape in spec["shapes"]:
-            for layout in spec["layouts"]:
-                row = sweep_shape(g, spec, shape, layout, args.rounds)
-                append_jsonl(jsonl, [row], meta)
-                h = f"{row['heuristic_ratio']:5.2f}" if row["heuristic_ratio"] else "WRONG"
-                best = f"{row['best_ratio']:5.2f}" if row["best_ratio"] else "  -  "
-                print(f"{g:10s} {shape[0]:6d}x{shape[1]:6d}x{shape[2]:6d} {layout:6s} heuristic {h} "
-                      f"[{row['heuristic']}] best {best} [{row['best']}]", flush=True)  # fmt: skip
-                for r in sorted(row["results"], key=lambda r: -(r.get("ratio") or 0)):
-                    ratio = f"{r['ratio']:5.2f} ({spread(r.get('ratio_rounds'))})" if r.get("ratio") else "  -  "
-                    print(f"      {ratio}  {r['config']}  {r.get('error') or ''}", flush=True)
-                torch.cuda.empty_cache()
+        for shape, layout, dtype_name in cases_of(spec, seed):
+            row = sweep_shape(g, spec, shape, layout, args.rounds, dtype_name)
+            if "draw" in spec:
+                row["seed"] = seed
+            append_jsonl(jsonl, [row], meta)
+            h = f"{row['heuristic_ratio']:5.2f}" if row["heuristic_ratio"] else "WRONG"
+            best = f"{row['best_ratio']:5.2f}" if row["best_ratio"] else "  -  "
+            print(f"{g:10s} {shape[0]:6d}x{shape[1]:6d}x{shape[2]:6d} {layout:8s} heuristic {h} "
+                  f"[{row['heuristic']}] best {best} [{row['best']}]", flush=True)  # fmt: skip
+            for r in sorted(row["results"], key=lambda r: -(r.get("ratio") or 0))[:8]:
+                ratio = f"{r['ratio']:5.2f} ({spread(r.get('ratio_rounds'))})" if r.get("ratio") else "  -  "
+                print(f"      {ratio}  {r['config']}  {r.get('error') or ''}", flush=True)
+            torch.cuda.empty_cache()
     print(f"rows appended to {jsonl}")
 
 
