@@ -256,7 +256,9 @@ def test_gpu_pointer_kernel_with_alignment_hint(ta, tb, dtype, batch, M, N, K, d
         b = randn(batch, N, K, dtype=dtype).transpose(1, 2) if tb else randn(batch, K, N, dtype=dtype)
         launch, shape = runtime.bmm_launch, (batch, M, N)
     out = poisoned(*shape, dtype=dtype)
-    plan = runtime.launch(a, b, out, copy_unaligned=False)  # read in place (the default may copy: layout.aligned)
+    # Read in place (the default may copy: layout.aligned); the mixed case forced onto the pointer kernel, which
+    # the TMA kernel would otherwise take where A is not transposed.
+    plan = runtime.launch(a, b, out, copy_unaligned=False, config=None if divisor else PTR_CONFIG)
     hints = kernel_args(plan, a, b, out)
     expected = (divisor,) * 3 if divisor else (1 if ta else 8, 8, 8)
     assert plan.cfg.kernel == "ptr" and (hints["A_DIVISOR"], hints["B_DIVISOR"], hints["C_DIVISOR"]) == expected
