@@ -67,16 +67,28 @@ def test_heuristic_and_candidates_fit_shared_memory(M, N, K, elem, precision, tm
             assert k_per_split(K, c.block_k, c.split_k) * (c.split_k - 1) < K
 
 
-@pytest.mark.parametrize("M,N,K,split", [(30, 1656, 25974, 5), (1, 1665, 30629, 4), (16, 1148, 27576, 7),
-                                         (16, 29502, 14630, 1), (30, 1656, 3000, 1), (2, 3000, 5000, 2)])  # fmt: skip
-def test_skinny_pointer_config_splits_k_while_the_slices_fill_a_wave(M, N, K, split):
-    """A skinny product read in place (an unaligned weight of at least 30 MB) with too few
-    tiles splits K: at most one wave of programs, slices of at least 2048 columns."""
-    p = Problem(M=M, N=N, K=K, batch=1, elem_bytes=2, dtype="bfloat16", tma=False, divisor=1)
+@pytest.mark.parametrize(
+    "M,N,K,block_n,split",
+    [
+        (5, 144, 18100, 32, 16),  # 5 tiles: up to 16 slices (sweep: 1.83 of cuBLAS, unsplit 0.20)
+        (3, 5440, 3040, 64, 4),  # 85 tiles of 64: slices of at least 512 columns
+        (2, 5088, 31387, 64, 16),
+        (3, 11680, 21928, 64, 8),  # 183 tiles: at most 12 waves of items
+        (7, 24288, 4740, 64, 1),  # 380 tiles, two waves already
+        (4, 312, 624, 32, 1),  # K too short to cut
+        (16, 1148, 27576, 32, 16),
+    ],
+)
+def test_skinny_pointer_config_splits_k_into_many_programs(M, N, K, block_n, split):
+    """A skinny product read in place: BLOCK_N 32 under half a wave of 64-wide tiles, and K
+    split in powers of two while the tiles are under two waves, each slice at least
+    PTR_SPLIT_K_MIN_SLICE long and the items within PTR_SPLIT_K_MAX_WAVES waves."""
+    p = Problem(M=M, N=N, K=K, batch=1, elem_bytes=2, dtype="bfloat16", tma=False, divisor=2)
     cfg = rule_config(p)
-    assert cfg.kernel == "ptr" and cfg.split_k == split
-    tiles = -(-N // 64) * -(-M // cfg.block_m)
-    assert tiles * cfg.split_k <= p.num_sms and -(-K // cfg.split_k) >= hopper.PTR_SPLIT_K_MIN_SLICE or split == 1
+    assert (cfg.kernel, cfg.block_n, cfg.block_k, cfg.split_k) == ("ptr", block_n, 128, split)
+    tiles = -(-N // block_n) * -(-M // cfg.block_m)
+    assert split == 1 or (-(-K // split) >= hopper.PTR_SPLIT_K_MIN_SLICE
+                          and tiles * split <= hopper.PTR_SPLIT_K_MAX_WAVES * p.num_sms)  # fmt: skip
     assert rule_config(dataclasses.replace(p, batch=2)).split_k == 1  # batches: no split
 
 

@@ -105,21 +105,32 @@ def test_forbidden_copies_read_in_place_with_the_pointer_kernel():
     assert_matmul_close(out, a, b)
 
 
-def _copied(M, N, K, batch=1):
-    return Problem(M, N, K, batch, 2, "bfloat16", tma=True)
+def _problems(M, N, K, divisor=2, batch=1):
+    """(in place, copied) of one call: the pointer kernel's view (its narrower input's load
+    divisor) and the aligned copies' TMA view."""
+    return (Problem(M, N, K, batch, 2, "bfloat16", tma=False, divisor=divisor),
+            Problem(M, N, K, batch, 2, "bfloat16", tma=True))  # fmt: skip
 
 
-def test_copies_pay_except_for_a_skinny_products_weight_past_half_the_l2():
+def test_skinny_products_read_in_place_unless_element_loads_meet_a_long_k():
     big_b = hopper.COPY_SKINNY_B_MAX_BYTES
-    assert copies_pay(_copied(16, 29502, 14630), 0)  # A copied: cheap next to the weight
-    assert not copies_pay(_copied(16, 29502, 14630), 29502 * 14630 * 2)  # the weight itself
-    assert copies_pay(_copied(16, 2048, 2000), 2048 * 2000 * 2)  # a weight that stays in the L2
-    assert not copies_pay(_copied(hopper.COPY_SKINNY_MAX_M, 8192, 8000), big_b)
-    # Past 32 rows the pointer kernel's in-place read loses to the copy (hopper.py).
-    assert copies_pay(_copied(hopper.COPY_SKINNY_MAX_M + 1, 8192, 8000), big_b)
-    assert copies_pay(_copied(129, 8192, 8000), big_b)
-    assert not copies_pay(_copied(512, 512, 512, batch=2), 0)  # batches keep the pointer kernel
-    assert not copies_pay(Problem(512, 512, 512, 1, 2, "bfloat16", tma=False), 0)
+    assert not copies_pay(*_problems(4, 856, 69, divisor=1), 856 * 69 * 2)  # K short: the copy's launch is the cost
+    assert not copies_pay(*_problems(16, 1148, 27576, divisor=4), 1148 * 27576 * 2)  # loads 8 bytes wide
+    assert copies_pay(*_problems(56, 224, 2989, divisor=1), 224 * 2989 * 2)  # one element at a time, K long
+    assert copies_pay(*_problems(46, 685, 5904, divisor=1), 0)  # A copied
+    assert not copies_pay(*_problems(8, 32351, 7200, divisor=1), big_b)  # a weight past half the L2
+    k = hopper.COPY_NARROW_MIN_K
+    assert not copies_pay(*_problems(16, 1851, k, divisor=1), 0) and copies_pay(*_problems(16, 1851, k + 1, divisor=1), 0)
+
+
+def test_more_rows_copy_unless_k_and_the_output_are_small():
+    assert copies_pay(*_problems(1552, 13672, 855), 0)
+    assert not copies_pay(*_problems(192, 2282, 80), 0)
+    assert copies_pay(*_problems(1565, 768, 120), 0)  # 1.2M outputs
+    assert copies_pay(*_problems(192, 2282, hopper.COPY_SHORT_K_MAX + 1), 0)
+    assert not copies_pay(*_problems(512, 512, 512, batch=2), 0)  # batches keep the pointer kernel
+    in_place, _ = _problems(512, 512, 512)
+    assert not copies_pay(in_place, in_place, 0)  # copies TMA cannot read either
 
 
 @pytest.mark.gpu

@@ -75,21 +75,31 @@ def _pointer(p: Problem) -> MatmulConfig:
     if p.elem_bytes == 4:
         return H.PTR_FP32
     if p.M <= H.PTR_SKINNY_MAX_M:
-        bm = max(16, pow2_ceil(p.M))
-        n_tiles = tiles(p, bm, 64)
-        split = 1
-        if p.batch == 1:  # split K while the slices still fill at most one wave and stay long
-            while (n_tiles * (split + 1) <= p.num_sms and cdiv(p.K, split + 1) >= H.PTR_SPLIT_K_MIN_SLICE
-                   and split < H.PTR_SPLIT_K_MAX):  # fmt: skip
-                split += 1
-            if not useful_split(p.K, 128, split):
-                split = 1
-        return MatmulConfig("ptr", bm, 64, 128, 1, 4, 3, split_k=split)
+        return _pointer_skinny(p)
     if p.M * p.N * p.batch >= H.PTR_LARGE_FROM:
         return H.PTR_LARGE
     if p.divisor == 1:
         return H.PTR_UNALIGNED_KMAJOR_B if p.b_kmajor else H.PTR_UNALIGNED
     return H.PTR
+
+
+def _pointer_skinny(p: Problem) -> MatmulConfig:
+    """M <= 64 read in place: many programs, since each one's loads wait on memory. BLOCK_N
+    64 where that gives half a wave of tiles, else 32; fewer than two waves split K, in
+    powers of two up to PTR_SPLIT_K_MAX, while each slice keeps PTR_SPLIT_K_MIN_SLICE columns
+    and the items stay within PTR_SPLIT_K_MAX_WAVES waves (hopper.py, "pointer kernel")."""
+    bm = max(16, pow2_ceil(p.M))
+    m_tiles = cdiv(p.M, bm) * p.batch
+    bn = 64 if cdiv(p.N, 64) * m_tiles * 2 >= p.num_sms else 32
+    n_tiles = cdiv(p.N, bn) * m_tiles
+    split = 1
+    if p.batch == 1 and n_tiles < H.PTR_SPLIT_K_BELOW_WAVES * p.num_sms:
+        while (split * 2 <= H.PTR_SPLIT_K_MAX and cdiv(p.K, split * 2) >= H.PTR_SPLIT_K_MIN_SLICE
+               and n_tiles * split * 2 <= H.PTR_SPLIT_K_MAX_WAVES * p.num_sms):  # fmt: skip
+            split *= 2
+        if not useful_split(p.K, 128, split):
+            split = 1
+    return MatmulConfig("ptr", bm, bn, 128, 1, 4, 3, split_k=split)
 
 
 def _tf32(p: Problem) -> MatmulConfig:
@@ -141,15 +151,24 @@ def _few_tiles(p: Problem) -> MatmulConfig:
     return deepest(cfg, p.elem_bytes, 4)
 
 
-def copies_pay(copied: Problem, b_bytes: int) -> bool:
+def copies_pay(in_place: Problem, copied: Problem, b_bytes: int) -> bool:
     """Whether the TMA kernel on aligned copies of the unaligned operands (``copied``: the
     problem it then solves; ``b_bytes``: the bytes of B copied, 0 if B is read in place) is
-    expected to beat the pointer kernel reading them in place: everywhere the TMA kernel
-    takes the copies, except the weight of a product of at most 32 rows too large for the copy
-    to be read back from the L2 (hopper.py, "unaligned operands")."""
+    expected to beat the pointer kernel reading them in place (``in_place``). Each copy is
+    one more kernel, a read and a write of its operand (hopper.py, "unaligned operands"):
+
+    * up to 64 rows, in place, unless an operand loads one element at a time (divisor 1)
+      over a K longer than COPY_NARROW_MIN_K and B is small enough for its copy to be read
+      back from the L2;
+    * more rows: copies, unless K is at most COPY_SHORT_K_MAX and the output at most
+      COPY_SHORT_K_MAX_OUTPUT elements.
+    """
     if not copied.tma or copied.batch != 1:
         return False
-    return not (copied.M <= H.COPY_SKINNY_MAX_M and b_bytes >= H.COPY_SKINNY_B_MAX_BYTES)
+    if in_place.M <= H.PTR_SKINNY_MAX_M:
+        narrow = in_place.divisor == 1 and in_place.K > H.COPY_NARROW_MIN_K
+        return narrow and b_bytes < H.COPY_SKINNY_B_MAX_BYTES
+    return not (in_place.K <= H.COPY_SHORT_K_MAX and in_place.M * in_place.N <= H.COPY_SHORT_K_MAX_OUTPUT)
 
 
 # ----------------------------------------------------------------------------- skinny

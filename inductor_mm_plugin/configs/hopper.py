@@ -118,13 +118,22 @@ PTR_LARGE_FROM = 2048 * 4096
 PTR_UNALIGNED_KMAJOR_B = MatmulConfig("ptr", 64, 128, 32, 8, 8, 4)
 PTR_UNALIGNED = MatmulConfig("ptr", 64, 128, 16, 8, 4, 6)
 PTR = MatmulConfig("ptr", 64, 128, 32, 8, 4, 4)
-PTR_SKINNY_MAX_M = 64  # (M rounded up to a power of two, at least 16) x 64 x 128 tiles below this
-# Skinny products read in place with too few tiles for the SMs (a weight of a few thousand
-# columns and a K of 10-30k: 30x1656x25974 ran 26 programs at 0.14 of cuBLAS, 1x1665x30629 27
-# at 0.20; bench/shapes.py at 62cfa1e, seed 2041075981) split K up to a wave, with slices of
-# at least this many columns; not yet swept (docs/performance.md, "Odd and unaligned shapes").
-PTR_SPLIT_K_MIN_SLICE = 2048
-PTR_SPLIT_K_MAX = 8
+PTR_SKINNY_MAX_M = 64  # below this, eager._pointer_skinny: (M rounded up, at least 16) x 32 or 64 x 128 tiles
+# Skinny products read in place split K while the tiles are under PTR_SPLIT_K_BELOW_WAVES waves:
+# in powers of two up to PTR_SPLIT_K_MAX, each slice at least PTR_SPLIT_K_MIN_SLICE columns,
+# at most PTR_SPLIT_K_MAX_WAVES waves of items. `bench/sweep_configs.py --groups ptr_skinny
+# --seed 7` at 7c43b6a (16 drawn shapes, M <= 64, an unaligned operand; BLOCK_N 32/64/128 x
+# BLOCK_K 64/128 x split 1-16 under CUDA graphs; bench/results/sweep.jsonl): the rule's pick
+# 0.92 of the per-shape best in geomean (slices of 256: 0.90, of 1024: 0.90; 8 waves: 0.91),
+# 5x144x18100 1.83 of cuBLAS at split 16 (unsplit 0.20), 4x304x14696 1.39 (0.28),
+# 2x5088x31387 1.25 (0.55), 3x5440x3040 3.54 at split 4 (2.24); unsplit where the tiles fill
+# two waves (7x24288x4740 1.83, split 2 1.46) or K is short (4x312x624 1.52, split 4 1.30).
+# BLOCK_N 32 under half a wave of 64-wide tiles: 5x144x18100 1.83 against 1.37, 4x312x624 1.52
+# against 1.14; 64 above: 3x5440x3040 3.54 against 2.34, 3x11680x21928 2.23 against 1.84.
+PTR_SPLIT_K_MIN_SLICE = 512
+PTR_SPLIT_K_MAX = 16
+PTR_SPLIT_K_BELOW_WAVES = 2
+PTR_SPLIT_K_MAX_WAVES = 12
 PTR_CANDIDATES = [
     MatmulConfig("ptr", *r) for r in (
         (128, 128, 64, 8, 8, 3), (64, 128, 64, 8, 4, 3), (128, 64, 64, 8, 4, 3), (64, 64, 64, 8, 4, 3),
@@ -134,23 +143,25 @@ PTR_CANDIDATES = [
 
 # ------------------------------------------------ unaligned operands: aligned copies or not
 # An operand whose rows are not 16 bytes apart keeps the TMA kernel out; a copy of it with
-# padded rows (runtime/layout.aligned) lets it back in, at one read and one write of that
-# operand. The pointer kernel reads in place but has no split-K and, with one odd size, loads
-# one element at a time. `bench/shapes.py --suite random --n 240 --copy-arms` at 799cc69
-# (seed 1280900600, bench/results/shapes.jsonl): on the 96 unaligned shapes where the two
-# differ, cuBLAS / plugin geomean 0.571 reading in place, 1.107 always copying, 1.252 taking
-# the better of the two per shape. The copy loses where it is the weight of a skinny product
-# and too large to stay in the L2 for the matmul to read back: reading it once in place beats
-# reading it three times (16x29502x14630 1.21 in place against 0.31 copied, 20x11746x29088
-# 0.93 against 0.28, 8x8408x9983 0.95 against 0.47). Copying everywhere else: geomean 1.157.
-# So no copy of B (eager.copies_pay) from this many bytes when M <= COPY_SKINNY_MAX_M: half
-# the H200's 60 MB L2. Not past 32 rows: there the pointer kernel's in-place read is the slow
-# one (799cc69: 69x7840x5896 t_row 0.39 in place against 1.85 copied, the one counterexample
-# 80x4182x12992 row 0.54 against 0.41; d901ba2's sweep, seed 32001: 50x7485x5007 t_linear,
-# 72x6598x5977 and 47x7524x2576 t_row 0.23, 0.16, 0.24 in place against 0.68, 0.34, 0.56
-# through copies, bench/results/archive/2026-12-02-NVIDIA_H200-stream-k-sweep.jsonl).
-COPY_SKINNY_B_MAX_BYTES = 30 * 10**6
-COPY_SKINNY_MAX_M = 32
+# padded rows (runtime/layout.aligned) lets it back in, at one more kernel and one read and one
+# write of that operand. The pointer kernel reads in place, each operand as wide as its own
+# divisor allows (layout.load_divisors). `bench/shapes.py --suite random --copy-arms` at
+# 7c43b6a (seed 2041075981, bench/results/shapes.jsonl; 106 unaligned shapes, 87 where the
+# two arms differ): cuBLAS / plugin geomean 0.94 reading in place, 1.11 always copying, 1.36
+# taking the better per shape (the default then: 1.16).
+# * Up to 64 rows the copy's own launch is most of the time and in place wins where K is
+#   short (4x856x69 1.04 in place against 0.48 copied, 3x13088x64 1.72 against 0.84) or the
+#   weight too large for its copy to be read back from the L2 (8x32351x7200 2.59 against
+#   0.83, 16x1148x27576 1.77 against 0.42). It loses where an operand loads one element at a
+#   time over a long K (56x224x2989, both divisors 1: 0.06 against 0.86; 46x685x5904 0.15
+#   against 0.62; 1x1449x3515 0.18 against 0.42): there the copy stays, unless B is that large.
+# * Past 64 rows the TMA kernel's speed wins (1552x13672x855 2.99 copied against 0.36 in place)
+#   except on a short K and a small output (192x2282x80 1.07 against 0.71, 464x130x72 0.92
+#   against 0.62, 864x150x120 1.23 against 0.80; 1565x768x120, 1.2M outputs, 1.25 against 1.61).
+COPY_SKINNY_B_MAX_BYTES = 30 * 10**6  # half the H200's 60 MB L2
+COPY_NARROW_MIN_K = 1024
+COPY_SHORT_K_MAX = 256
+COPY_SHORT_K_MAX_OUTPUT = 2**20
 
 # ------------------------------------------------------------------ Inductor's templates
 # The pointer template's configs (its own heuristic; templates.pointer_template_configs).

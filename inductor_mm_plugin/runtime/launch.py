@@ -205,8 +205,10 @@ def _copies(a, b, out, bias, flags, config, copy_unaligned, autotune=False, alph
         return None
     packed = problem(a2, b2, out, layout, bias is not None, flags.input_precision)
     b_bytes = b.numel() * b.element_size() if need[1] else 0
-    if config is None and not (copy_unaligned or copies_pay(packed, b_bytes)):
-        return None
+    if config is None and not copy_unaligned:
+        in_place = problem(a, b, out, None, bias is not None, flags.input_precision)
+        if not copies_pay(in_place, packed, b_bytes):
+            return None
     if config is not None:
         cfg = config
     elif autotune and not interpreting():
