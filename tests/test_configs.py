@@ -77,6 +77,8 @@ def test_heuristic_and_candidates_fit_shared_memory(M, N, K, elem, precision, tm
         (7, 24288, 4740, 64, 1),  # 380 tiles, two waves already
         (4, 312, 624, 32, 1),  # K too short to cut
         (16, 1148, 27576, 32, 16),
+        (6, 632, 8368, 32, 8),  # 16 slices would leave the last one empty: the deepest useful split
+        (46, 4840, 10411, 64, 8),
     ],
 )
 def test_skinny_pointer_config_splits_k_into_many_programs(M, N, K, block_n, split):

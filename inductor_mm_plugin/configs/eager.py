@@ -95,10 +95,9 @@ def _pointer_skinny(p: Problem) -> MatmulConfig:
     split = 1
     if p.batch == 1 and n_tiles < H.PTR_SPLIT_K_BELOW_WAVES * p.num_sms:
         while (split * 2 <= H.PTR_SPLIT_K_MAX and cdiv(p.K, split * 2) >= H.PTR_SPLIT_K_MIN_SLICE
-               and n_tiles * split * 2 <= H.PTR_SPLIT_K_MAX_WAVES * p.num_sms):  # fmt: skip
+               and n_tiles * split * 2 <= H.PTR_SPLIT_K_MAX_WAVES * p.num_sms
+               and useful_split(p.K, 128, split * 2)):  # fmt: skip
             split *= 2
-        if not useful_split(p.K, 128, split):
-            split = 1
     return MatmulConfig("ptr", bm, bn, 128, 1, 4, 3, split_k=split)
 
 

@@ -123,7 +123,7 @@ PTR_SKINNY_MAX_M = 64  # below this, eager._pointer_skinny: (M rounded up, at le
 # in powers of two up to PTR_SPLIT_K_MAX, each slice at least PTR_SPLIT_K_MIN_SLICE columns,
 # at most PTR_SPLIT_K_MAX_WAVES waves of items. `bench/sweep_configs.py --groups ptr_skinny
 # --seed 7` at 7c43b6a (16 drawn shapes, M <= 64, an unaligned operand; BLOCK_N 32/64/128 x
-# BLOCK_K 64/128 x split 1-16 under CUDA graphs; bench/results/sweep.jsonl): the rule's pick
+# BLOCK_K 64/128 x split 1-16 under CUDA graphs; bench/results/archive/2026-12-02-NVIDIA_H200-sweep-ptr-skinny.jsonl): the rule's pick
 # 0.92 of the per-shape best in geomean (slices of 256: 0.90, of 1024: 0.90; 8 waves: 0.91),
 # 5x144x18100 1.83 of cuBLAS at split 16 (unsplit 0.20), 4x304x14696 1.39 (0.28),
 # 2x5088x31387 1.25 (0.55), 3x5440x3040 3.54 at split 4 (2.24); unsplit where the tiles fill
