@@ -196,7 +196,7 @@ def assignments(tree) -> dict[str, set[str]]:
 # tile order (checked on every tile below), the indices of Inductor's store_output, and for
 # the TMA template its device-side descriptors (checked against the eager plan's below), its
 # work count and K steps (the eager kernel's count batches and K slices too).
-TEMPLATE_ONLY = {"M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "tiles_per_group", "group_id",
+TEMPLATE_ONLY = {"M", "N", "K", "m_a", "k_a", "k_b", "n_b", "stride_am", "stride_ak", "stride_bk", "stride_bn", "tiles_per_group", "group_id",
                  "first_m", "group_size_m", "pid_m", "pid_n", "idx_m", "idx_n", "mask"}  # fmt: skip
 TMA_TEMPLATE_ONLY = TEMPLATE_ONLY | {"a_desc", "b_desc", "num_work", "k_tiles", "offs_n", "sub"}
 
