@@ -77,8 +77,8 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 
 import torch
 from inductor_mm_plugin.inductor import shape_table
-from inductor_mm_plugin.inductor.shape_table import is_aligned, shape_class
-from suites import BYTE_CAP, FLOP_CAP, LAYOUTS, flops_bytes, model_shapes, random_shapes  # noqa: F401
+from inductor_mm_plugin.inductor.shape_table import shape_class
+from suites import BYTE_CAP, FLOP_CAP, LAYOUTS, flops_bytes, model_shapes, random_shapes, shape_aligned  # noqa: F401
 from _timing import (
     GraphTimer, add_common_args, append_jsonl, check_rows, config_name, dtype_of, geomean, header, make_operands, matmul_error,
     median, percentile, plugin_runtime, precompile, ratios, read_jsonl, require_cuda, rotating, rotation, rounds,
@@ -105,12 +105,6 @@ def class_summary(rows: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------------------- timing
-
-
-def shape_aligned(shape: dict) -> bool:
-    """Every operand's rows 16 bytes apart (A's rows are M long where it is transposed)."""
-    M = shape["M"] if shape["layout"].startswith("t_") else None
-    return is_aligned(shape["N"], shape["K"], shape["dtype"], M)
 
 
 def _floor_us(M, N, K, elem):

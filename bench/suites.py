@@ -128,3 +128,11 @@ def random_shapes(n: int, seed: int, flop_cap=FLOP_CAP, byte_cap=BYTE_CAP, m_ran
         seen.add((M, N, K, dtype, layout))
         out.append(dict(M=M, N=N, K=K, dtype=dtype, layout=layout))
     return out
+
+
+def shape_aligned(shape: dict) -> bool:
+    """Every operand's rows 16 bytes apart (A's rows are M long where it is transposed)."""
+    from inductor_mm_plugin.inductor.shape_table import is_aligned
+
+    M = shape["M"] if shape["layout"].startswith("t_") else None
+    return is_aligned(shape["N"], shape["K"], shape["dtype"], M)

@@ -68,9 +68,14 @@ def _deepest(cfg, most=6):
     return cfg
 
 
+def _skinny_rows(M):
+    """The skinny tiles' height: M rounded up to a power of two, at least 16."""
+    return max(16, 1 << (M - 1).bit_length()) if M > 1 else 16
+
+
 def _skinny_configs(M):
     """BLOCK_N x split x BLOCK_K (x warps for the widest tiles), as deep as shared memory allows."""
-    bm = max(16, 1 << (M - 1).bit_length()) if M > 1 else 16
+    bm = _skinny_rows(M)
     out = []
     for bn in (32, 64, 128):
         for split in (1, 2, 3, 4):
@@ -93,7 +98,7 @@ def _skinny_lows(M):
     gave those 128 only), for the rows still below 0.95 of cuBLAS once split-K's counters were
     reused (2026-12-01: no memset per launch, which the skinny sweeps had charged every split
     config ~1 us)."""
-    bm = max(16, 1 << (M - 1).bit_length()) if M > 1 else 16
+    bm = _skinny_rows(M)
     extra = []
     if bm >= 64:
         extra = [_deepest(T(bm, bn, 256, 1, 4, 6, split, False, split == 1)) for bn in (32, 64) for split in (1, 2, 4)]
@@ -103,7 +108,7 @@ def _skinny_lows(M):
 def _ptr_skinny(M):
     """Pointer-kernel tiles for a skinny product read in place: (M rounded up) x BLOCK_N, K
     split up to 16 ways, 64- or 128-deep steps (eager._pointer's rule is one point of this)."""
-    bm = max(16, 1 << (M - 1).bit_length()) if M > 1 else 16
+    bm = _skinny_rows(M)
     cfg = matmul_config_class()
     return [cfg("ptr", bm, bn, bk, group_m=1, num_warps=4, num_stages=3, split_k=split)
             for bn in (32, 64, 128) for bk in (64, 128) for split in (1, 2, 4, 8, 16)]  # fmt: skip
@@ -112,13 +117,11 @@ def _ptr_skinny(M):
 def _drawn_unaligned_skinny(seed, n=16):
     """``n`` shapes of the random suite's distribution (suites.random_shapes) with M <= 64 and
     at least one operand whose rows TMA cannot read: drawn, not listed."""
-    from inductor_mm_plugin.inductor.shape_table import is_aligned
-    from suites import random_shapes
+    from suites import random_shapes, shape_aligned
 
     picked = []
     for s in random_shapes(40 * n, seed):
-        M = s["M"] if s["layout"].startswith("t_") else None
-        if s["M"] <= 64 and not is_aligned(s["N"], s["K"], s["dtype"], M) and len(picked) < n:
+        if s["M"] <= 64 and not shape_aligned(s) and len(picked) < n:
             picked.append(((s["M"], s["N"], s["K"]), s["layout"], s["dtype"]))
     return picked
 

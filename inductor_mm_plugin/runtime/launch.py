@@ -170,7 +170,7 @@ def _plan(a, b, out, bias, alpha, beta, autotune, config, interpreter_bf16, copy
     prob = problem(a, b, out, layout, has_bias, flags.input_precision)
     if config is not None:
         # A forced TMA config copies only when asked to (copy_unaligned=True); else the error below.
-        plan = _copies(a, b, out, bias, flags, config, copy_unaligned) if copy_unaligned and layout is None else None
+        plan = _copies(a, b, out, bias, flags, prob, config, copy_unaligned) if copy_unaligned and layout is None else None
         if plan is not None:
             return plan
         cfg = config
@@ -182,14 +182,14 @@ def _plan(a, b, out, bias, alpha, beta, autotune, config, interpreter_bf16, copy
                              "batches stacked; not TF32 with an M-major A and a K-major B)")
         return Plan(prob, cfg, layout if cfg.kernel == "tma" else None, flags, a.device)
     if layout is None and copy_unaligned is not False:
-        plan = _copies(a, b, out, bias, flags, None, copy_unaligned, autotune, alpha, beta)
+        plan = _copies(a, b, out, bias, flags, prob, None, copy_unaligned, autotune, alpha, beta)
         if plan is not None:
             return plan
     cfg = _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune)
     return Plan(prob, cfg, layout if cfg.kernel == "tma" else None, flags, a.device)
 
 
-def _copies(a, b, out, bias, flags, config, copy_unaligned, autotune=False, alpha=1.0, beta=1.0):
+def _copies(a, b, out, bias, flags, in_place, config, copy_unaligned, autotune=False, alpha=1.0, beta=1.0):
     """The plan that runs the TMA kernel on aligned copies of the operands TMA cannot read in
     place (layout.aligned), where that is allowed and chosen: forced (``copy_unaligned``, with
     a TMA ``config`` or the heuristic's), or paying by the selector's estimate; else None."""
@@ -205,10 +205,8 @@ def _copies(a, b, out, bias, flags, config, copy_unaligned, autotune=False, alph
         return None
     packed = problem(a2, b2, out, layout, bias is not None, flags.input_precision)
     b_bytes = b.numel() * b.element_size() if need[1] else 0
-    if config is None and not copy_unaligned:
-        in_place = problem(a, b, out, None, bias is not None, flags.input_precision)
-        if not copies_pay(in_place, packed, b_bytes):
-            return None
+    if config is None and not (copy_unaligned or copies_pay(in_place, packed, b_bytes)):
+        return None
     if config is not None:
         cfg = config
     elif autotune and not interpreting():
