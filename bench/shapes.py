@@ -77,7 +77,7 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 
 import torch
 from inductor_mm_plugin.inductor import shape_table
-from inductor_mm_plugin.inductor.shape_table import shape_class
+from inductor_mm_plugin.inductor.shape_table import is_aligned, shape_class  # noqa: F401  (is_aligned: tests read it here)
 from suites import BYTE_CAP, FLOP_CAP, LAYOUTS, flops_bytes, model_shapes, random_shapes, shape_aligned  # noqa: F401
 from _timing import (
     GraphTimer, add_common_args, append_jsonl, check_rows, config_name, dtype_of, geomean, header, make_operands, matmul_error,
