@@ -3,6 +3,7 @@
 # and leave every log and result in one folder.
 #
 #   bash tools/gpu_check.sh [--out DIR] [--tests "PYTEST ARGS" | --no-tests] [--bench NAME]... [--parallel]
+#                           [--shards N]
 #
 #   --out DIR        where everything goes (default: $OUT, else ./gpu-check-out)
 #   --tests ARGS     pytest arguments (default: -m gpu); --no-tests skips pytest
@@ -11,6 +12,8 @@
 #                    arguments after a colon: --bench "shapes:--suite random" --bench "ab:--base 0ceed64"
 #   --timeout S      seconds per benchmark (default 540) and for pytest (default 900)
 #   --parallel       with two or more GPUs: the tests on GPU 0 while the benchmarks run on GPU 1
+#   --shards N       the tests as N pytest processes side by side, the test files dealt out by
+#                    size (the GPU suite is compile-bound: 16 cores, one GPU); pytest-<i>.txt each
 #
 # Results: each benchmark appends its JSONL rows to DIR/results/<name>.jsonl (a fresh file per
 # run; append them to bench/results/ in the repository to keep them) and its output to
@@ -29,6 +32,7 @@ BENCHES=()
 BENCH_TIMEOUT=540
 TEST_TIMEOUT=900
 PARALLEL=0
+SHARDS=1
 while [ $# -gt 0 ]; do
   case $1 in
     --out) OUT=$2; shift 2 ;;
@@ -37,6 +41,7 @@ while [ $# -gt 0 ]; do
     --bench) BENCHES+=("$2"); shift 2 ;;
     --timeout) BENCH_TIMEOUT=$2; TEST_TIMEOUT=$2; shift 2 ;;
     --parallel) PARALLEL=1; shift ;;
+    --shards) SHARDS=$2; shift 2 ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -67,12 +72,38 @@ script_of() {
   esac
 }
 
+pytest_to() {  # LOG, then pytest arguments
+  local log=$1; shift
+  # shellcheck disable=SC2086  (the arguments are split on purpose)
+  timeout "$TEST_TIMEOUT" $PY -m pytest -q -p no:cacheprovider -rfE --durations=10 "$@" $TEST_ARGS >"$log" 2>&1
+  local rc=$?
+  echo "pytest exit $rc" >>"$log"
+  return $rc
+}
+
 run_tests() {
   [ "$RUN_TESTS" = 1 ] || return 0
-  # shellcheck disable=SC2086  (the arguments are split on purpose)
-  timeout "$TEST_TIMEOUT" $PY -m pytest -q -p no:cacheprovider -rfE --durations=10 $TEST_ARGS >"$OUT/pytest.txt" 2>&1
-  local rc=$?
-  echo "pytest exit $rc" >>"$OUT/pytest.txt"
+  [ "$SHARDS" -gt 1 ] || { pytest_to "$OUT/pytest.txt"; return; }
+  # Largest files first, each to the shard with the fewest bytes so far.
+  mapfile -t shards < <($PY - "$SHARDS" <<'PY'
+import pathlib, sys
+n = int(sys.argv[1])
+bins = [[0, []] for _ in range(n)]
+for f in sorted(pathlib.Path("tests").glob("test_*.py"), key=lambda f: -f.stat().st_size):
+    b = min(bins, key=lambda b: b[0])
+    b[0] += f.stat().st_size
+    b[1].append(str(f))
+print("\n".join(" ".join(files) for _, files in bins))
+PY
+)
+  local pids=() rc=0 i
+  for i in "${!shards[@]}"; do
+    # shellcheck disable=SC2086
+    pytest_to "$OUT/pytest-$i.txt" ${shards[$i]} &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
+  cat "$OUT"/pytest-*.txt | grep -E "passed|failed|skipped|error|^FAILED|^ERROR|pytest exit" >"$OUT/pytest.txt"
   return $rc
 }
 
