@@ -40,7 +40,7 @@ from _timing import (
 )  # fmt: skip
 from shapes import GRAPH_BELOW_US, _floor_us, shape_aligned
 from suites import model_shapes, random_shapes
-from sweep_configs import T, _skinny_configs, _spec
+from sweep_configs import T, _ptr_inductor, _skinny_configs, _spec
 
 from inductor_mm_plugin.configs import fits, selector
 from inductor_mm_plugin.configs.space import useful_split
@@ -78,9 +78,26 @@ GRID = [
 ]  # fmt: skip
 
 
-def configs_for(M: int, N: int, K: int) -> list:
+def configs_for(M: int, N: int, K: int, aligned: bool = True) -> list:
+    """The TMA grid (the skinny one for M <= 128) and, where TMA reads the operands in place,
+    Inductor's mm configs scaled to the shape through the pointer kernel (the kernel Inductor's
+    templates win with on short K and 64 < M <= 256: issue 31)."""
     grid = _skinny_configs(M) if M <= 128 else GRID
+    if aligned:
+        grid = grid + _ptr_inductor((M, N, K))
     return [c for c in grid if fits(c, 2) and useful_split(K, c.block_k, c.split_k)]
+
+
+def _compile_key(s: dict, cfg) -> tuple:
+    """What one compiled kernel serves: Triton's integer specializations (== 1, divisible by
+    16) and, for the pointer kernel, its per-operand load widths (runtime.layout)."""
+    key = (s["layout"], shape_aligned(s), cfg, *map(_spec, (s["M"], s["N"], s["K"])))
+    if cfg.kernel == "ptr":
+        from inductor_mm_plugin.runtime.layout import pointer_hints
+
+        a, b = make_operands(s["M"], s["N"], s["K"], dtype_of(s["dtype"]), s["layout"], fill=False, device="meta")
+        key += tuple(sorted(pointer_hints(a, b, torch.empty(s["M"], s["N"], device="meta")).items()))
+    return key
 
 
 def drawn(kind: str, n: int, seed: int) -> list[dict]:
@@ -116,7 +133,7 @@ def sweep_shape(s: dict, n_rounds: int, device: str) -> dict:
     default = rt.launch(a, b, torch.empty(M, N, device=device, dtype=a.dtype))
     fns = {"cublas": torch.mm, "default": op}
     results = {}
-    for cfg in configs_for(M, N, K):
+    for cfg in configs_for(M, N, K, shape_aligned(s)):
         name = cfg.short()
         out = torch.full((M, N), float("nan"), device=device, dtype=a.dtype)
         try:
@@ -223,8 +240,7 @@ def main(argv=None):
     meta = run_meta(args.commit)
     if args.device == "cuda":
         # One compile per kernel specialization (Triton's: integers equal to 1 or divisible by 16).
-        tasks = {(s["layout"], shape_aligned(s), c, *map(_spec, (s["M"], s["N"], s["K"]))): (s, c)
-                 for s in todo for c in configs_for(s["M"], s["N"], s["K"])}  # fmt: skip
+        tasks = {_compile_key(s, c): (s, c) for s in todo for c in configs_for(s["M"], s["N"], s["K"], shape_aligned(s))}
         tasks = list(tasks.values())
         for e in [e for e in precompile(tasks, _compile, args.jobs) if e][:10]:
             print("  compile failed:", e, flush=True)
