@@ -181,33 +181,95 @@ def _fit_nonnegative(X, y):
         keep.pop(int(np.argmin(sub)))
 
 
-def fit(rows: list[dict], command: str) -> dict:
-    """The selector's table (``configs/selector.py``) from sweep rows: per config, the
-    least-squares fit of its time over the selector's features, each point weighted by its
-    inverse time (relative error), from every shape it was timed on."""
+PER_SM = (1, 2, 3, 4)  # the pointer kernel's programs per SM the fit tries (selector.Entry.per_sm)
+
+
+def _grid(rows: list[dict]) -> dict:
+    """Config name -> config, for every config the rows' shapes were swept with."""
+    return {c.short(): c for r in rows for c in configs_for(r["M"], r["N"], r["K"], r.get("aligned", True))}
+
+
+def fit_entries(rows: list[dict], grid: dict | None = None) -> list[tuple]:
+    """(selector.Entry, points) per config timed on at least selector.MIN_POINTS of the rows: its time
+    fitted over the selector's features, on relative error; for a pointer-kernel config with
+    the programs per SM (PER_SM) that fit best."""
     import numpy as np
 
     from inductor_mm_plugin.configs import MatmulConfig, selector
 
-    grid = {c.short(): c for s in rows for c in configs_for(s["M"], s["N"], s["K"])}
-    points: dict[str, list] = {}
+    grid = _grid(rows) if grid is None else grid
+    timed: dict[str, list] = {}
     for r in rows:
         for x in r["results"]:
             if x.get("ms") and x["config"] in grid:
-                cfg = MatmulConfig(**grid[x["config"]].to_json())
-                points.setdefault(x["config"], []).append((selector.features(r["M"], r["N"], r["K"], cfg), x["ms"] * 1e3))
+                timed.setdefault(x["config"], []).append((r["M"], r["N"], r["K"], x["ms"] * 1e3))
     entries = []
-    for name, pts in sorted(points.items()):
+    for name, pts in sorted(timed.items()):
         if len(pts) < selector.MIN_POINTS:
             continue
-        coef = _fit_nonnegative(np.array([f for f, _ in pts]), np.array([t for _, t in pts]))
-        entries.append(dict(config=grid[name].to_json(), skinny=grid[name] not in GRID, points=len(pts),
-                            coef=[float(round(c, 6)) for c in coef]))  # fmt: skip
+        cfg = MatmulConfig(**grid[name].to_json())
+        y = np.array([t for *_, t in pts])
+        best = None
+        for per_sm in PER_SM if cfg.kernel == "ptr" else (1,):
+            X = np.array([selector.features(M, N, K, cfg, per_sm=per_sm) for M, N, K, _ in pts])
+            coef = _fit_nonnegative(X, y)
+            err = float(np.sum(((X @ coef - y) / y) ** 2))
+            if best is None or err < best[0]:
+                best = (err, per_sm, coef)
+        _, per_sm, coef = best
+        skinny = cfg.kernel == "tma" and grid[name] not in GRID
+        entries.append((selector.Entry(cfg, skinny, tuple(float(round(c, 6)) for c in coef), per_sm), len(pts)))
+    return entries
+
+
+def fit(rows: list[dict], command: str) -> dict:
+    """The selector's table (``configs/selector.py``) from sweep rows, with their provenance."""
+    from inductor_mm_plugin.configs import selector
+
+    entries = [dict(config=e.config.to_json(), skinny=e.skinny, points=n, coef=list(e.coef), per_sm=e.per_sm)
+               for e, n in fit_entries(rows)]  # fmt: skip
     last = rows[-1]
-    provenance = dict(command=command, seeds=sorted({(r["draw"], r["seed"]) for r in rows}), shapes=len(rows),
-                      date=last.get("date"), commit=last.get("commit"), gpu=last.get("gpu"), torch=last.get("torch"),
-                      triton=last.get("triton"))  # fmt: skip
+    provenance = dict(command=command, seeds=sorted({(r.get("draw", r.get("group")), r["seed"]) for r in rows}),
+                      shapes=len(rows), date=last.get("date"), commit=last.get("commit"), gpu=last.get("gpu"),
+                      torch=last.get("torch"), triton=last.get("triton"))  # fmt: skip
     return dict(provenance=provenance, features=selector.FEATURES, entries=entries)
+
+
+def _problem(r: dict):
+    from inductor_mm_plugin.configs import Problem
+
+    t = r["layout"].startswith("t_")
+    return Problem(r["M"], r["N"], r["K"], 1, 2, "bfloat16", tma=True, a_kmajor=not t,
+                   b_kmajor=r["layout"].endswith("linear"))  # fmt: skip
+
+
+def leave_one_out(rows: list[dict], kernels=("tma", "ptr")) -> dict:
+    """Each shape's pick from a table fitted without that shape's row, read off the row: the
+    geomeans over shapes of cuBLAS / picked, / default (the op as it ran) and / best (the
+    row's best config), and the fraction within 5% of the best. ``kernels``: which entries
+    compete (("tma",): the table before the pointer kernel's entries)."""
+    from inductor_mm_plugin.configs import selector
+    from inductor_mm_plugin.runtime.benchmarking import geomean
+
+    grid = _grid(rows)
+    picked, default, best, close = [], [], [], 0
+    for i, r in enumerate(rows):
+        ratio = {x["config"]: x["ratio"] for x in r["results"] if x.get("ratio")}
+        if not ratio:
+            continue
+        # Unaligned shapes ran on aligned copies, where only a TMA pick is a copy's (runtime._copies).
+        allowed = kernels if r.get("aligned", True) else ("tma",)
+        entries = [e for e, _ in fit_entries(rows[:i] + rows[i + 1 :], grid) if e.config.kernel in allowed]
+        cfg = selector.select(_problem(r), tuple(entries))
+        got = ratio.get(cfg.short()) if cfg else None
+        if got is None:  # a pick the row did not time: count the default
+            got = r["default_ratio"]
+        picked.append(got)
+        default.append(r["default_ratio"])
+        best.append(max(ratio.values()))
+        close += got >= 0.95 * best[-1]
+    return dict(shapes=len(picked), picked=geomean(picked), default=geomean(default), best=geomean(best),
+                within_5pct=close / max(1, len(picked)))  # fmt: skip
 
 
 def main(argv=None):
@@ -219,6 +281,8 @@ def main(argv=None):
     p.add_argument("--fit", metavar="JSONL", nargs="+", default=None,
                    help="no sweep: fit the selector's table from these files' rows and write it to --table")
     p.add_argument("--table", default=str(TABLE), help=f"where --fit writes the table (default {TABLE})")
+    p.add_argument("--loo", action="store_true",
+                   help="with --fit: also print the leave-one-shape-out geomeans (TMA entries only, and all)")
     add_common_args(p, "selector.jsonl", rounds=3, jobs=True)
     args = p.parse_args(argv)
     if args.fit:
@@ -226,6 +290,9 @@ def main(argv=None):
         table = fit(rows, " ".join(["bench/sweep_selector.py", *sys.argv[1:]]))
         pathlib.Path(args.table).write_text(json.dumps(table, indent=1) + "\n")
         print(f"{len(table['entries'])} configs fitted from {len(rows)} shapes -> {args.table}")
+        if args.loo:
+            for kernels in (("tma",), ("tma", "ptr")):
+                print(f"leave-one-shape-out, {'+'.join(kernels)} entries:", leave_one_out(rows, kernels))
         return
     if args.seed is None:
         p.error("--seed is required to sweep (a new one per sweep; the same one resumes)")

@@ -22,12 +22,15 @@ def test_the_committed_table_is_valid_and_says_where_it_came_from():
     assert prov["command"].startswith("bench/sweep_selector.py --fit") and prov["gpu"] == "NVIDIA H200"
     entries = selector.table()
     assert len(entries) == len(data["entries"]) > 20
-    for cfg, skinny, coef in entries:
+    for cfg, skinny, coef, per_sm in entries:
         cfg.validate()
-        assert cfg.kernel == "tma" and fits(cfg, 2) and len(coef) == len(selector.FEATURES)
+        assert fits(cfg, 2) and len(coef) == len(selector.FEATURES) and 1 <= per_sm <= 4
         assert all(c >= 0 for c in coef)
-        assert skinny == (cfg.group_m == 1)  # the skinny grid's tiles take no grouping
-    assert {s for _, s, _ in entries} == {True, False}
+        if cfg.kernel == "tma":
+            assert skinny == (cfg.group_m == 1) and per_sm == 1  # the skinny grid's tiles take no grouping
+        else:
+            assert cfg.kernel == "ptr" and not skinny
+    assert {e.skinny for e in entries} == {True, False}
 
 
 def test_select_picks_a_valid_config_from_the_table_for_drawn_problems():
@@ -38,9 +41,13 @@ def test_select_picks_a_valid_config_from_the_table_for_drawn_problems():
         cfg = selector.select(p)
         assert cfg is not None
         assert fits(cfg, 2) and useful_split(p.K, cfg.block_k, cfg.split_k)
-        assert (cfg.group_m == 1) == (p.M <= selector.SKINNY_MAX_M)
-        if p.M <= selector.SKINNY_MAX_M:
-            assert cfg.block_m == max(16, 1 << (p.M - 1).bit_length())
+        rounded = [max(16, 1 << (x - 1).bit_length()) for x in (p.M, p.N, p.K)]
+        if cfg.kernel == "ptr":  # Inductor's configs, no larger than the problem rounded up
+            assert all(b <= r for b, r in zip((cfg.block_m, cfg.block_n, cfg.block_k), rounded))
+        else:
+            assert (cfg.group_m == 1) == (p.M <= selector.SKINNY_MAX_M)
+            if p.M <= selector.SKINNY_MAX_M:
+                assert cfg.block_m == rounded[0]
         assert heuristic_config(p) == cfg
 
 
@@ -58,17 +65,33 @@ def test_select_leaves_what_its_table_does_not_cover_to_the_hand_rules(p):
 def test_select_takes_the_lowest_estimate():
     fast_per_step = MatmulConfig("tma", 128, 128, 64, 8, 8, 4)
     fast_fixed = MatmulConfig("tma", 128, 64, 64, 8, 4, 4)
-    entries = ((fast_per_step, False, (0.01, 1.0, 10.0, 0.0)), (fast_fixed, False, (0.1, 1.0, 1.0, 0.0)))
+    Entry = selector.Entry
+    entries = (Entry(fast_per_step, False, (0.01, 1.0, 10.0, 0.0)), Entry(fast_fixed, False, (0.1, 1.0, 1.0, 0.0)))
     short, long = bf16(512, 512, 64), bf16(512, 512, 65536)
     for p in (short, long):
-        est = {c: selector.estimate_us(p, c, coef) for c, _, coef in entries}
+        est = {e.config: selector.estimate_us(p, e) for e in entries}
         assert selector.select(p, entries) == min(est, key=est.get)
     assert selector.select(short, entries) == fast_fixed and selector.select(long, entries) == fast_per_step
     # A skinny problem takes only skinny entries of its own tile height.
     assert selector.select(bf16(64, 4096, 4096), entries) is None
     tall = dataclasses.replace(fast_fixed, block_m=64, group_m=1)
-    assert selector.select(bf16(64, 4096, 4096), ((tall, True, (0.1, 1.0, 1.0, 0.0)),)) == tall
-    assert selector.select(bf16(8, 4096, 4096), ((tall, True, (0.1, 1.0, 1.0, 0.0)),)) is None
+    assert selector.select(bf16(64, 4096, 4096), (Entry(tall, True, (0.1, 1.0, 1.0, 0.0)),)) == tall
+    assert selector.select(bf16(8, 4096, 4096), (Entry(tall, True, (0.1, 1.0, 1.0, 0.0)),)) is None
+
+
+def test_pointer_entries_compete_where_their_tiles_fit_the_problem_and_share_the_sms():
+    Entry = selector.Entry
+    tma = Entry(MatmulConfig("tma", 128, 128, 64, 8, 8, 4), False, (0.01, 2.0, 1.0, 0.0))
+    ptr = Entry(MatmulConfig("ptr", 64, 64, 64, 8, 4, 3), False, (0.01, 1.0, 1.0, 0.0), per_sm=2)
+    assert selector.select(bf16(512, 512, 512), (tma, ptr)) == ptr.config
+    # Larger than the problem rounded up along one side (N = 32): not what the sweep timed.
+    assert selector.select(bf16(512, 32, 512), (tma, ptr)) == tma.config
+    assert selector.select(bf16(16, 512, 512), (ptr,)) is None
+    # Two programs per SM: 264 tiles are one round, 265 two.
+    assert selector.features(64 * 264, 64, 64, ptr.config, per_sm=2)[1] == 1.0
+    assert selector.features(64 * 265, 64, 64, ptr.config, per_sm=2)[1] == 2.0
+    # Unaligned operands (not p.tma) stay with the hand rules, pointer entries or not.
+    assert selector.select(Problem(512, 512, 512, 1, 2, "bfloat16", tma=False), (ptr,)) is None
 
 
 def test_features_count_wave_quantized_rounds_and_k_steps():

@@ -7,11 +7,14 @@ from the work it schedules, and the fastest estimate taken.
 over the SMs, rounded up), ``k_steps`` the BLOCK_K steps of one slice: how long the busiest
 SM computes, the step cost and the per-item cost being the config's own (tile shape, warps,
 stages, flattening, layout handled by the fit). The last term is the partials' round trip
-through the workspace. The coefficients are fitted per config, by least squares on relative
+through the workspace. The pointer kernel is not persistent: ``per_sm`` of its programs
+share an SM at once, a number fitted with the coefficients (the one of 1-4 that fits best);
+the TMA kernel runs one program per SM. The coefficients are fitted per config, by least squares on relative
 error, to ``bench/sweep_selector.py`` over drawn shapes (random and real models' shapes,
 GPU time against cuBLAS); the table, with the sweep's command, seeds, date and commit, is
-``tables/NVIDIA_H200.json``. It covers 16-bit single matrices read through TMA: batches,
-fp32 and the pointer kernel keep the hand rules of ``eager.py``.
+``tables/NVIDIA_H200.json``. It covers 16-bit single matrices whose operands TMA can read;
+there the pointer kernel's entries (Inductor's own mm configs) compete with the TMA kernel's.
+Batches, fp32 and unaligned operands keep the hand rules of ``eager.py``.
 
 Leave-one-shape-out on the first sweep (270 shapes, 7f517da's rows): geomean 1.037 of cuBLAS
 against 0.991 for the hand rules, the per-shape best config 1.065 (docs/performance.md,
@@ -23,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import pathlib
+from typing import NamedTuple
 
 from .hopper import SKINNY_MAX_M  # the skinny grid's range: its tiles are M rows tall
 from .space import DEFAULT_NUM_SMS, MatmulConfig, Problem, cdiv, fits, pow2_ceil, useful_split
@@ -32,45 +36,61 @@ MIN_POINTS = 5  # a config timed on fewer shapes gets no entry
 TABLE = pathlib.Path(__file__).parent / "tables" / "NVIDIA_H200.json"
 
 
-def features(M: int, N: int, K: int, cfg: MatmulConfig, num_sms: int = DEFAULT_NUM_SMS) -> list[float]:
+class Entry(NamedTuple):
+    config: MatmulConfig
+    skinny: bool  # a TMA tile of the skinny grid (M <= SKINNY_MAX_M, as tall as M)
+    coef: tuple
+    per_sm: int = 1  # programs an SM runs at once
+
+
+def features(M: int, N: int, K: int, cfg: MatmulConfig, num_sms: int = DEFAULT_NUM_SMS, per_sm: int = 1) -> list[float]:
     items = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n) * cfg.split_k
-    rounds = cdiv(items, num_sms)
+    rounds = cdiv(items, num_sms * per_sm)
     k_steps = cdiv(cdiv(K, cfg.block_k), cfg.split_k)
     partials = M * N * cfg.split_k * 4 / 1e6 if cfg.split_k > 1 else 0.0
     return [float(rounds * k_steps), float(rounds), 1.0, partials]
 
 
 @functools.lru_cache(maxsize=4)
-def table(path: pathlib.Path = TABLE) -> tuple:
-    """((config, skinny, coefficients), ...) of a fitted table; empty where there is none."""
+def table(path: pathlib.Path = TABLE) -> tuple[Entry, ...]:
+    """The entries of a fitted table; empty where there is none."""
     if not path.exists():
         return ()
     data = json.loads(path.read_text())
     if data.get("features") != FEATURES:
         raise ValueError(f"{path}: fitted for features {data.get('features')}, the selector computes {FEATURES}")
-    return tuple((MatmulConfig.from_json(e["config"]), bool(e["skinny"]), tuple(e["coef"])) for e in data["entries"])
+    return tuple(Entry(MatmulConfig.from_json(e["config"]), bool(e["skinny"]), tuple(e["coef"]), e.get("per_sm", 1))
+                 for e in data["entries"])  # fmt: skip
 
 
-def estimate_us(p: Problem, cfg: MatmulConfig, coef) -> float:
-    return sum(c * f for c, f in zip(coef, features(p.M, p.N, p.K, cfg, p.num_sms)))
+def estimate_us(p: Problem, e: Entry) -> float:
+    return sum(c * f for c, f in zip(e.coef, features(p.M, p.N, p.K, e.config, p.num_sms, e.per_sm)))
 
 
-def select(p: Problem, entries: tuple | None = None) -> MatmulConfig | None:
-    """The table's config with the lowest estimated time for ``p``, or None where the table
-    does not cover it. Skinny problems (M <= 128) choose among the skinny grid's tiles of
-    their own height (M rounded up to a power of two, at least 16); the others among the
-    main grid."""
+def covers(p: Problem, e: Entry) -> bool:
+    """Whether ``e`` was fitted on problems like ``p``: a skinny TMA tile exactly as tall as M
+    rounded up (the grid's), the main grid above SKINNY_MAX_M; a pointer tile no larger along
+    any side than that side rounded up to a power of two (Inductor's scaling, as swept)."""
+    cfg = e.config
+    if cfg.kernel == "ptr":
+        return all(b <= max(16, pow2_ceil(x)) for b, x in ((cfg.block_m, p.M), (cfg.block_n, p.N), (cfg.block_k, p.K)))
+    if e.skinny != (p.M <= SKINNY_MAX_M):
+        return False
+    return not e.skinny or cfg.block_m == max(16, pow2_ceil(p.M))
+
+
+def select(p: Problem, entries: tuple[Entry, ...] | None = None) -> MatmulConfig | None:
+    """The config with the lowest estimated time for ``p`` among the entries that cover it
+    (``covers``), or None where the table does not cover the problem at all."""
     if not p.tma or p.elem_bytes != 2 or p.batch != 1:
         return None
     entries = table() if entries is None else entries
-    skinny = p.M <= SKINNY_MAX_M
     best = None
-    for cfg, is_skinny, coef in entries:
-        if is_skinny != skinny or (skinny and cfg.block_m != max(16, pow2_ceil(p.M))):
+    for e in entries:
+        cfg = e.config
+        if not (covers(p, e) and fits(cfg, p.elem_bytes) and useful_split(p.K, cfg.block_k, cfg.split_k)):
             continue
-        if not (fits(cfg, p.elem_bytes) and useful_split(p.K, cfg.block_k, cfg.split_k)):
-            continue
-        t = estimate_us(p, cfg, coef)
+        t = estimate_us(p, e)
         if best is None or t < best[0]:
             best = (t, cfg)
     return None if best is None else best[1]
