@@ -201,6 +201,35 @@ def test_sweep_selector_fit_recovers_each_configs_time_model_and_resumes(tmp_pat
     assert drawn == sweep_selector.drawn("random", 3, seed=9) and [s["index"] for s in drawn] == [0, 1, 2]
 
 
+def test_sweep_selector_leave_one_out_reads_each_pick_off_its_own_row():
+    """Two configs whose times follow known models, one faster on short K and one on long K:
+    each shape's pick, from a fit without its row, is the faster one, so the geomean of the
+    picks equals the per-shape best's; a pointer config competes only on aligned rows."""
+    import sweep_selector
+
+    from inductor_mm_plugin.configs import selector
+
+    tma = sweep_selector.GRID[3]  # 128x128x64
+    ptr = next(c for c in sweep_selector._ptr_inductor((2048, 2048, 64)) if c.short() == "ptr 64x64x64 w8 s3")
+    true = {tma.short(): [0.004, 1.0, 6.0, 0.0], ptr.short(): [0.008, 0.5, 1.0, 0.0]}
+    rows = []
+    for i, K in enumerate([64, 128, 256, 512, 8192, 16384, 32768, 65536]):
+        M = N = 2048
+        times = {c.short(): sum(a * f for a, f in zip(true[c.short()], selector.features(M, N, K, c))) for c in (tma, ptr)}
+        cublas = min(times.values())
+        results = [dict(config=n, ms=t / 1e3, ratio=cublas / t) for n, t in times.items()]
+        rows.append(dict(M=M, N=N, K=K, layout="row", aligned=True, draw="random", seed=5, index=i,
+                         default_ratio=0.5, results=results))  # fmt: skip
+    got = sweep_selector.leave_one_out(rows)
+    assert got["shapes"] == 8 and got["picked"] == pytest.approx(1.0) and got["within_5pct"] == 1.0
+    assert got["default"] == pytest.approx(0.5) and got["best"] == pytest.approx(1.0)
+    # TMA entries only: the short-K rows lose what the pointer config gave them.
+    assert sweep_selector.leave_one_out(rows, ("tma",))["picked"] < 1.0
+    # An unaligned row ran on copies: only a TMA pick counts there.
+    rows = [dict(r, aligned=False) for r in rows]
+    assert sweep_selector.leave_one_out(rows)["picked"] == sweep_selector.leave_one_out(rows, ("tma",))["picked"]
+
+
 def test_models_site_check_reads_the_profiles_of_both_arms():
     """Each routed site's kernels in the plugin arm's profile against stock's for the same
     shapes: right, wrong (named), or unseen; sites not routed do not count."""
