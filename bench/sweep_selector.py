@@ -190,7 +190,8 @@ def _grid(rows: list[dict]) -> dict:
 
 
 def fit_entries(rows: list[dict], grid: dict | None = None) -> list[tuple]:
-    """(selector.Entry, points) per config timed on at least selector.MIN_POINTS of the rows: its time
+    """(selector.Entry, points) per config timed on at least selector.MIN_POINTS (pointer
+    kernel: POINTER_MIN_POINTS) of the rows: its time
     fitted over the selector's features, on relative error; for a pointer-kernel config with
     the programs per SM (PER_SM) that fit best."""
     import numpy as np
@@ -205,9 +206,9 @@ def fit_entries(rows: list[dict], grid: dict | None = None) -> list[tuple]:
                 timed.setdefault(x["config"], []).append((r["M"], r["N"], r["K"], x["ms"] * 1e3))
     entries = []
     for name, pts in sorted(timed.items()):
-        if len(pts) < selector.MIN_POINTS:
-            continue
         cfg = MatmulConfig(**grid[name].to_json())
+        if len(pts) < (selector.POINTER_MIN_POINTS if cfg.kernel == "ptr" else selector.MIN_POINTS):
+            continue
         y = np.array([t for *_, t in pts])
         best = None
         for per_sm in PER_SM if cfg.kernel == "ptr" else (1,):

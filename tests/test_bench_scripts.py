@@ -213,7 +213,7 @@ def test_sweep_selector_leave_one_out_reads_each_pick_off_its_own_row():
     ptr = next(c for c in sweep_selector._ptr_inductor((2048, 2048, 64)) if c.short() == "ptr 64x64x64 w8 s3")
     true = {tma.short(): [0.004, 1.0, 6.0, 0.0], ptr.short(): [0.008, 0.5, 1.0, 0.0]}
     rows = []
-    for i, K in enumerate([64, 128, 256, 512, 8192, 16384, 32768, 65536]):
+    for i, K in enumerate([64, 96, 128, 192, 256, 512, 8192, 12288, 16384, 24576, 32768, 65536]):
         M = N = 2048
         times = {c.short(): sum(a * f for a, f in zip(true[c.short()], selector.features(M, N, K, c))) for c in (tma, ptr)}
         cublas = min(times.values())
@@ -221,7 +221,7 @@ def test_sweep_selector_leave_one_out_reads_each_pick_off_its_own_row():
         rows.append(dict(M=M, N=N, K=K, layout="row", aligned=True, draw="random", seed=5, index=i,
                          default_ratio=0.5, results=results))  # fmt: skip
     got = sweep_selector.leave_one_out(rows)
-    assert got["shapes"] == 8 and got["picked"] == pytest.approx(1.0) and got["within_5pct"] == 1.0
+    assert got["shapes"] == 12 and got["picked"] == pytest.approx(1.0) and got["within_5pct"] == 1.0
     assert got["default"] == pytest.approx(0.5) and got["best"] == pytest.approx(1.0)
     # TMA entries only: the short-K rows lose what the pointer config gave them.
     assert sweep_selector.leave_one_out(rows, ("tma",))["picked"] < 1.0
