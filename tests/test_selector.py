@@ -42,8 +42,9 @@ def test_select_picks_a_valid_config_from_the_table_for_drawn_problems():
         assert cfg is not None
         assert fits(cfg, 2) and useful_split(p.K, cfg.block_k, cfg.split_k)
         rounded = [max(16, 1 << (x - 1).bit_length()) for x in (p.M, p.N, p.K)]
-        if cfg.kernel == "ptr":  # Inductor's configs, no larger than the problem rounded up
+        if cfg.kernel == "ptr":  # Inductor's configs as it shrinks them to the problem
             assert all(b <= r for b, r in zip((cfg.block_m, cfg.block_n, cfg.block_k), rounded))
+            assert all(b >= 32 or b == r for b, r in zip((cfg.block_m, cfg.block_n), rounded))
         else:
             assert (cfg.group_m == 1) == (p.M <= selector.SKINNY_MAX_M)
             if p.M <= selector.SKINNY_MAX_M:
@@ -87,6 +88,10 @@ def test_pointer_entries_compete_where_their_tiles_fit_the_problem_and_share_the
     # Larger than the problem rounded up along one side (N = 32): not what the sweep timed.
     assert selector.select(bf16(512, 32, 512), (tma, ptr)) == tma.config
     assert selector.select(bf16(16, 512, 512), (ptr,)) is None
+    # Smaller than Inductor's smallest (32) where the side is longer: never swept there.
+    small = Entry(MatmulConfig("ptr", 16, 32, 32, 8, 2, 5), False, (0.01, 1.0, 1.0, 0.0))
+    assert selector.select(bf16(16, 512, 512), (small,)) == small.config
+    assert selector.select(bf16(38, 512, 512), (small,)) is None
     # Two programs per SM: 264 tiles are one round, 265 two.
     assert selector.features(64 * 264, 64, 64, ptr.config, per_sm=2)[1] == 1.0
     assert selector.features(64 * 265, 64, 64, ptr.config, per_sm=2)[1] == 2.0

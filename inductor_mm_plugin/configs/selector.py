@@ -35,8 +35,8 @@ FEATURES = ["rounds * k_steps", "rounds", "1", "split-K partials (MB)"]
 MIN_POINTS = 5  # a config timed on fewer shapes gets no entry
 # The pointer kernel's entries, swept on one draw (41001, aligned shapes only), are fitted on
 # fewer shapes each: they need 10, and win only where estimated 1.2x faster than the best TMA
-# entry. Leave-one-shape-out on that draw's 51 aligned shapes: geomean 0.903 of cuBLAS, p10
-# 0.731, against 0.874 / 0.726 for the TMA entries alone and 0.896 / 0.702 without the margin
+# entry. Leave-one-shape-out on that draw's 51 aligned shapes: geomean 0.908 of cuBLAS, p10
+# 0.731, against 0.874 / 0.726 for the TMA entries alone and 0.906 / 0.702 without the margin
 # (docs/performance.md, "The selector").
 POINTER_MIN_POINTS = 10
 POINTER_MARGIN = 1.2
@@ -76,11 +76,14 @@ def estimate_us(p: Problem, e: Entry) -> float:
 
 def covers(p: Problem, e: Entry) -> bool:
     """Whether ``e`` was fitted on problems like ``p``: a skinny TMA tile exactly as tall as M
-    rounded up (the grid's), the main grid above SKINNY_MAX_M; a pointer tile no larger along
-    any side than that side rounded up to a power of two (Inductor's scaling, as swept)."""
+    rounded up (the grid's), the main grid above SKINNY_MAX_M; a pointer tile shaped as
+    Inductor shrinks its configs to a problem, as swept: along each side no larger than the
+    side rounded up to a power of two, and BLOCK_M and BLOCK_N at least 32 (Inductor's
+    smallest) unless that is the side rounded up."""
     cfg = e.config
     if cfg.kernel == "ptr":
-        return all(b <= max(16, pow2_ceil(x)) for b, x in ((cfg.block_m, p.M), (cfg.block_n, p.N), (cfg.block_k, p.K)))
+        sides = ((cfg.block_m, p.M, 32), (cfg.block_n, p.N, 32), (cfg.block_k, p.K, 16))
+        return all(b <= max(16, pow2_ceil(x)) and (b >= least or b == max(16, pow2_ceil(x))) for b, x, least in sides)
     if e.skinny != (p.M <= SKINNY_MAX_M):
         return False
     return not e.skinny or cfg.block_m == max(16, pow2_ceil(p.M))
