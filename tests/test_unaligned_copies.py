@@ -149,6 +149,23 @@ def test_gpu_default_copies_where_the_selector_says_and_the_op_is_right():
     plan = runtime.launch(x, w.t(), out)
     assert plan.cfg.kernel == "ptr" and plan.copies == (False, False)
     assert_matmul_close(out, x, w.t())
+    # 4160x64x1949: A's rows unaligned, copied; the selector's pick for the copies would be a
+    # pointer config, which must not drop them for the unaligned rules (0.26x cuBLAS so).
+    a, b = randn(4160, 1949, dtype=dt), randn(1949, 64, dtype=dt)
+    plan = runtime.launch(a, b, out := poisoned(4160, 64, dtype=dt))
+    assert plan.cfg.kernel == "tma" and plan.copies == (True, False)
+    assert_matmul_close(out, a, b)
+
+
+def test_the_copies_take_a_tma_pick_where_the_selector_would_take_the_pointer_kernel():
+    from inductor_mm_plugin.configs import MatmulConfig, heuristic_config, selector
+
+    packed = Problem(4160, 64, 1949, 1, 2, "bfloat16", tma=True, a_kmajor=True, b_kmajor=False)
+    tma = selector.Entry(MatmulConfig("tma", 128, 64, 64, 8, 4, 4), False, (0.01, 1.0, 1.0, 0.0))
+    ptr = selector.Entry(MatmulConfig("ptr", 64, 32, 128, 8, 4, 5), False, (0.001, 0.1, 0.1, 0.0))
+    assert selector.select(packed, (tma, ptr)) == ptr.config
+    assert selector.select(packed, (tma, ptr), kernels=("tma",)) == tma.config
+    assert heuristic_config(packed, kernels=("tma",)).kernel == "tma"  # the committed table
 
 
 @pytest.mark.parametrize("which", ["a", "b"])

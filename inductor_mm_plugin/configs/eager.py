@@ -26,10 +26,10 @@ from .space import (
 )
 
 
-def heuristic_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
-    """A config for this problem, chosen instantly: the fitted selector's (``selector.py``)
-    where its table covers the problem, else the hand rules (``rule_config``)."""
-    picked = None if interpreting else selector.select(p)
+def heuristic_config(p: Problem, interpreting: bool = False, kernels=("tma", "ptr")) -> MatmulConfig:
+    """A config for this problem, chosen instantly: the fitted selector's (``selector.py``,
+    among ``kernels``) where its table covers the problem, else the hand rules (``rule_config``)."""
+    picked = None if interpreting else selector.select(p, kernels=kernels)
     return rule_config(p, interpreting) if picked is None else picked
 
 
@@ -258,10 +258,10 @@ def _skinny_candidates(p: Problem) -> list[MatmulConfig]:
 # ------------------------------------------------------------------------- candidates
 
 
-def candidate_configs(p: Problem, interpreting: bool = False) -> list[MatmulConfig]:
-    """What the autotuner times for this problem: the heuristic's pick first, then its
-    neighbours from the tables; every one fits shared memory and the batch."""
-    first = heuristic_config(p, interpreting)
+def candidate_configs(p: Problem, interpreting: bool = False, kernels=("tma", "ptr")) -> list[MatmulConfig]:
+    """What the autotuner times for this problem: the heuristic's pick first (among
+    ``kernels``), then its neighbours from the tables; every one fits shared memory and the batch."""
+    first = heuristic_config(p, interpreting, kernels)
     if interpreting:
         return [first]
     if first.kernel == "ptr":

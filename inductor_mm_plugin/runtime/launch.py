@@ -97,8 +97,10 @@ def _time_config(prob, cfg, layout, flags, a, b, out, bias, alpha, beta, copies=
 
 
 def _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune: bool, copies=(False, False)) -> MatmulConfig:
-    """The config: the heuristic's, or the autotuner's (timed with the copies a plan makes)."""
-    heuristic = heuristic_config(prob, interpreting())
+    """The config: the heuristic's, or the autotuner's (timed with the copies a plan makes;
+    with copies, TMA configs only)."""
+    kernels = ("tma",) if any(copies) else ("tma", "ptr")
+    heuristic = heuristic_config(prob, interpreting(), kernels)
     if not autotune or interpreting():
         return heuristic
     cache = _tuning_cache(a.device)
@@ -107,7 +109,7 @@ def _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune: bool, c
         # No timing inside a graph capture: a bucket tuned before (warmup) or the heuristic.
         return cache.get(bucket) or heuristic
     time_fn = lambda cfg: _time_config(prob, cfg, layout, flags, a, b, out, bias, alpha, beta, copies)  # noqa: E731
-    return tuning.autotune(bucket, candidate_configs(prob), time_fn, cache)
+    return tuning.autotune(bucket, candidate_configs(prob, kernels=kernels), time_fn, cache)
 
 
 # ------------------------------------------------------------------------------ launch
@@ -212,7 +214,10 @@ def _copies(a, b, out, bias, flags, in_place, config, copy_unaligned, autotune=F
     elif autotune and not interpreting():
         cfg = _choose(packed, layout, flags, a, b, out, bias, alpha, beta, autotune, copies=need)
     else:
-        cfg = heuristic_config(packed, interpreting())
+        # The copies were judged to pay for the TMA kernel: its pick, not the pointer kernel's
+        # (which would drop the copies and read in place by the unaligned rules: 4160x64x1949
+        # ran 0.26x cuBLAS so at d794989).
+        cfg = heuristic_config(packed, interpreting(), kernels=("tma",))
     if cfg.kernel != "tma":
         return None
     return Plan(packed, cfg, layout, flags, a.device, copies=need)
