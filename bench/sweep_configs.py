@@ -129,7 +129,8 @@ def _drawn_unaligned_skinny(seed, n=16):
 # Inductor's own Triton mm template configs (template_heuristics.triton.BaseConfigHeuristic
 # .mm_configs: BLOCK_M, BLOCK_N, BLOCK_K, stages, warps), shrunk to the problem the way
 # Inductor shrinks them (_scale_mm_configs: each block at most the size rounded up to a power
-# of two, at least 16; warps at most BLOCK_M * BLOCK_N / 256), run by our pointer kernel.
+# of two, at least 16; warps at most BLOCK_M * BLOCK_N / 256), run by our pointer kernel:
+# part of sweep_selector.py's grid on aligned shapes.
 INDUCTOR_MM_CONFIGS = [
     (32, 32, 16, 1, 2), (32, 32, 128, 2, 4), (32, 64, 32, 5, 8), (64, 32, 32, 5, 8), (64, 32, 128, 5, 4),
     (64, 64, 16, 2, 4), (64, 64, 32, 2, 4), (64, 64, 64, 3, 8), (64, 64, 128, 5, 4), (64, 128, 32, 3, 4),
@@ -154,21 +155,6 @@ def _ptr_inductor(shape):
         out += [cfg("ptr", bm, bn, 64, group_m=8, num_warps=4 if bn == 64 else 8, num_stages=3, split_k=split)
                 for bn in (64, 128) for split in (2, 4, 8) if K // split >= 256]  # fmt: skip
     return list(dict.fromkeys(out))
-
-
-def _drawn_inductor_classes(seed, n=40):
-    """``n`` shapes of the random suite's distribution in the classes where Inductor's Triton
-    templates beat the plugin (issue 31): short K (K <= 512) or 64 < M <= 256; half each."""
-    from suites import random_shapes
-
-    short, mid = [], []
-    for s in random_shapes(40 * n, seed):
-        case = ((s["M"], s["N"], s["K"]), s["layout"], s["dtype"])
-        if s["K"] <= 512 and len(short) < n // 2:
-            short.append(case)
-        elif 64 < s["M"] <= 256 and s["K"] > 512 and len(mid) < n - n // 2:
-            mid.append(case)
-    return short + mid
 
 
 GROUPS = {
@@ -287,9 +273,6 @@ GROUPS = {
     # Skinny products with an unaligned operand, read in place: drawn from the random suite
     # (--seed), the data behind eager._pointer's tile and split (hopper.PTR_SPLIT_K_*).
     "ptr_skinny": dict(draw=_drawn_unaligned_skinny, graph=True, configs=_ptr_skinny),
-    # The classes Inductor's templates win (short K, 64 < M <= 256), drawn (--seed): its
-    # configs through our pointer kernel against the heuristic's pick.
-    "ptr_inductor": dict(draw=_drawn_inductor_classes, graph=True, configs=_ptr_inductor, by_shape=True),
     "skinny": dict(
         shapes=[(m, n, k) for m in (1, 8, 16, 32, 64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
         dtype="bf16", layouts=["row", "linear"], graph=True, configs=None,
@@ -314,9 +297,7 @@ GROUPS = {
 def _configs_of(spec, shape):
     """A group's configs for one shape: its list, a function of M, or the skinny sweep's."""
     configs = spec["configs"] or _skinny_configs
-    if not callable(configs):
-        return configs
-    return configs(shape) if spec.get("by_shape") else configs(shape[0])
+    return configs(shape[0]) if callable(configs) else configs
 
 
 def _spec(x):

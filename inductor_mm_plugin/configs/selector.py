@@ -9,7 +9,9 @@ SM computes, the step cost and the per-item cost being the config's own (tile sh
 stages, flattening, layout handled by the fit). The last term is the partials' round trip
 through the workspace. The pointer kernel is not persistent: ``per_sm`` of its programs
 share an SM at once, a number fitted with the coefficients (the one of 1-4 that fits best);
-the TMA kernel runs one program per SM. The coefficients are fitted per config, by least squares on relative
+the TMA kernel runs one program per SM.
+
+The coefficients are fitted per config, by least squares on relative
 error, to ``bench/sweep_selector.py`` over drawn shapes (random and real models' shapes,
 GPU time against cuBLAS); the table, with the sweep's command, seeds, date and commit, is
 ``tables/NVIDIA_H200.json``. It covers 16-bit single matrices whose operands TMA can read;
