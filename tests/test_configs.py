@@ -272,6 +272,15 @@ def test_wide_tiles_two_waves_long_k_or_decode_sized_m_keep_the_tma_template(m, 
     assert cfg.kernel == "tma"
 
 
+@pytest.mark.parametrize("m,n,k", [(2048, 128, 2048), (197, 768, 768)])
+def test_competing_tma_template_keeps_its_tma_candidates_where_the_selector_picks_the_pointer_kernel(m, n, k):
+    """The eager selector takes the pointer kernel here; the TMA template still competes with
+    the TMA kernel's neighbours, not with pointer configs it cannot run."""
+    assert heuristic_config(bf16(m, n, k, c_tma=False)).kernel == "ptr"  # on the committed table
+    competing = tma_template(m, n, k, compete=True)
+    assert len(competing) > 1 and all(c.kernel == "tma" and c.split_k == 1 for c in competing)
+
+
 def test_tma_template_leaves_fp32_to_the_pointer_template():
     assert tma_template(4096, 4096, 4096, elem=4, dtype="float32") == []
 

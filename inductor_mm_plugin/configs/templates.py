@@ -56,7 +56,7 @@ def tma_template_configs(m: int, n: int, k: int, elem_bytes: int, dtype: str, a_
     if not compete and one_tile_per_program(first, m, n, k, num_sms):
         return []
     out = []
-    for cfg in [first, *candidate_configs(problem)] if compete else [first]:
+    for cfg in [first, *candidate_configs(problem, kernels=("tma",))] if compete else [first]:
         # The store's layout conversion needs about a BLOCK_M x BLOCK_N output tile of shared
         # memory, which smem_bytes counts (half of that with the subtiled epilogue).
         subtile = cfg.block_m * cfg.block_n >= H.TEMPLATE_SUBTILE_FROM
