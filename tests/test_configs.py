@@ -281,6 +281,15 @@ def test_competing_tma_template_keeps_its_tma_candidates_where_the_selector_pick
     assert len(competing) > 1 and all(c.kernel == "tma" and c.split_k == 1 for c in competing)
 
 
+def test_autotuning_a_selector_pointer_pick_also_times_the_tma_kernel():
+    p = bf16(2048, 128, 2048)
+    cands = candidate_configs(p)
+    assert cands[0] == heuristic_config(p) and cands[0].kernel == "ptr"  # on the committed table
+    assert any(c.kernel == "tma" for c in cands)
+    tma_only = candidate_configs(p, kernels=("tma",))
+    assert tma_only[0].kernel == "tma" and all(c.kernel == "tma" for c in tma_only)
+
+
 def test_tma_template_leaves_fp32_to_the_pointer_template():
     assert tma_template(4096, 4096, 4096, elem=4, dtype="float32") == []
 

@@ -264,8 +264,8 @@ def candidate_configs(p: Problem, interpreting: bool = False, kernels=("tma", "p
     first = heuristic_config(p, interpreting, kernels)
     if interpreting:
         return [first]
-    if first.kernel == "ptr":
-        cands = H.PTR_CANDIDATES
+    if first.kernel == "ptr" and selector.select(p, kernels=kernels) != first:
+        cands = H.PTR_CANDIDATES  # the hand rules' pointer kernel: operands TMA cannot read, fp32, ...
     elif p.elem_bytes == 4:
         cands = H.TF32_CANDIDATES
     elif p.M <= H.SKINNY_MAX_M:
