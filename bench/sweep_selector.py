@@ -44,6 +44,7 @@ from sweep_configs import T, _ptr_inductor, _skinny_configs, _spec
 
 from inductor_mm_plugin.configs import fits, selector
 from inductor_mm_plugin.configs.space import useful_split
+from inductor_mm_plugin.runtime.layout import pointer_hints
 
 TABLE = pathlib.Path(selector.__file__).parent / "tables" / "NVIDIA_H200.json"
 
@@ -93,8 +94,6 @@ def _compile_key(s: dict, cfg) -> tuple:
     16) and, for the pointer kernel, its per-operand load widths (runtime.layout)."""
     key = (s["layout"], shape_aligned(s), cfg, *map(_spec, (s["M"], s["N"], s["K"])))
     if cfg.kernel == "ptr":
-        from inductor_mm_plugin.runtime.layout import pointer_hints
-
         a, b = make_operands(s["M"], s["N"], s["K"], dtype_of(s["dtype"]), s["layout"], fill=False, device="meta")
         key += tuple(sorted(pointer_hints(a, b, torch.empty(s["M"], s["N"], device="meta")).items()))
     return key

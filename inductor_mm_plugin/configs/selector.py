@@ -84,8 +84,9 @@ def covers(p: Problem, e: Entry) -> bool:
     smallest) unless that is the side rounded up."""
     cfg = e.config
     if cfg.kernel == "ptr":
-        sides = ((cfg.block_m, p.M, 32), (cfg.block_n, p.N, 32), (cfg.block_k, p.K, 16))
-        return all(b <= max(16, pow2_ceil(x)) and (b >= least or b == max(16, pow2_ceil(x))) for b, x, least in sides)
+        sides = ((cfg.block_m, max(16, pow2_ceil(p.M)), 32), (cfg.block_n, max(16, pow2_ceil(p.N)), 32),
+                 (cfg.block_k, max(16, pow2_ceil(p.K)), 16))  # fmt: skip
+        return all(b == side or least <= b < side for b, side, least in sides)
     if e.skinny != (p.M <= SKINNY_MAX_M):
         return False
     return not e.skinny or cfg.block_m == max(16, pow2_ceil(p.M))
