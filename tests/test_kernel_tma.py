@@ -20,11 +20,12 @@ from cases import DTYPES, bias_of, kernel_args, operand, poisoned, randn
 from conftest import DEVICE, HAS_CUDA
 
 from inductor_mm_plugin import runtime
-from inductor_mm_plugin.configs import MatmulConfig, Problem, candidate_configs, persistent_programs
+from inductor_mm_plugin.configs import MatmulConfig, Problem, candidate_configs, heuristic_config, persistent_programs
 from inductor_mm_plugin.configs.hopper import INTERPRETER_TMA
 from inductor_mm_plugin.ops.reference import assert_matmul_close
 from inductor_mm_plugin.runtime.device import num_sms
-from inductor_mm_plugin.runtime.layout import tf32_enabled, tma_layout
+from inductor_mm_plugin.runtime import layout as runtime_layout
+from inductor_mm_plugin.runtime.layout import input_precision, tf32_enabled, tma_layout
 
 if HAS_CUDA:
     TMA_CONFIGS = [
@@ -202,7 +203,12 @@ def test_heuristic_on_gpu_shapes(layout, M, N, K):
         a.normal_()
         out = runtime.mm_launch(a, b, out=poisoned(M, N, dtype=dt))
         assert_matmul_close(out, a, b)
-    assert runtime.chosen_config(a, b).kernel == "tma"
+    # Aligned operands take the selector's pick, the pointer kernel included (its Inductor-shaped
+    # entries win some aligned shapes); never the hand rules' pointer fallback for alignment.
+    layout = tma_layout(a, b, out)
+    assert layout is not None
+    prob = runtime_layout.problem(a, b, out, layout, False, input_precision(dt))
+    assert runtime.chosen_config(a, b) == heuristic_config(prob)
 
 
 @pytest.mark.gpu
