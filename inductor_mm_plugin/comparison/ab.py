@@ -47,7 +47,7 @@ import torch.nn as nn
 from ..version import __version__
 from ..inductor import compat, plan_file
 from ..inductor.backend import parse_options, patches_for
-from ..inductor.measure import MARGIN
+from ..inductor.measure import wins
 from ..inductor.options import PluginOptions
 from ..inductor.records import SiteRecord, record_sites
 from ..inductor.selection import RootInfo, root_from_dynamo
@@ -484,7 +484,7 @@ def _write_plan(path, records: list[SiteRecord], sites: list[SiteResult], model)
         if not (record.routed or record.measured is not None):
             continue
         if result.timed in ("profile", "kernel", "swiglu pair"):
-            won = (result.speedup or 0) >= MARGIN
+            won = bool(result.plugin_ms and result.aten_ms) and wins(result.plugin_ms * 1e3, result.aten_ms * 1e3)
         else:
             won = record.measured.faster if record.measured else False
         routes[plan_file.site_key(record.site)] = won

@@ -11,8 +11,9 @@ The rule, as the README states it:
 
 * GPU time decides. Each arm is a CUDA graph of calls cycling through fresh operand copies
   that span twice the L2; the arms alternate in ``ROUNDS`` rounds. The plugin must be faster
-  in every round and by ``MARGIN`` in the median ("when unsure, stock wins"); the first
-  round it is not ends the timing (the verdict cannot change after it).
+  in every round, by ``MARGIN`` in the median, and by ``MIN_SAVING_US`` per call ("when
+  unsure, stock wins"; ``wins``); the first round it is not ends the timing (the verdict
+  cannot change after it).
 * Host cost counts only where it can reach the step: in a compile without CUDA graphs, each
   arm costs the larger of its GPU time and its host cost per call (a kernel shorter than its
   launch path leaves the GPU waiting on the host), and the plugin must not lose on that
@@ -41,6 +42,10 @@ from .selection import not_routed
 # Entries from before the GPU-time rule timed back-to-back calls (issue 30): never read back.
 _KEY_VERSION = "gpu-time-2"
 MARGIN = 1.02  # the plugin must be at least this much faster in the median round
+# ... and save at least this much GPU time per call: below it a model's profile cannot tell the
+# arms apart. llama-prefill's rotary site (64x1 @ 1x2048, fp32), faster alone, ran 3.3 us in the
+# model against stock's 3.0 (bench/models.py at 9606ec5).
+MIN_SAVING_US = 0.5
 ROUNDS = 5
 _HOST_REPS = 32
 log = logging.getLogger(__name__)
@@ -69,7 +74,7 @@ class Measurement:
 
     @property
     def faster(self) -> bool:
-        gpu = self.ratio >= MARGIN and min(self.ratios) > 1.0
+        gpu = self.ratio >= MARGIN and min(self.ratios) > 1.0 and wins(self.plugin_us, self.aten_us)
         if not gpu or not self.host_bound:
             return gpu
         return max(self.plugin_us, self.plugin_host_us) <= max(self.aten_us, self.aten_host_us)
@@ -102,6 +107,12 @@ class Measurement:
 
 
 _FIELDS = {f.name for f in dataclasses.fields(Measurement)}
+
+
+def wins(plugin_us: float, aten_us: float) -> bool:
+    """Whether a plugin time per call beats aten's by the routing rule: ``MARGIN`` and
+    ``MIN_SAVING_US`` (the routing pass's medians; compare's per-site profile for a plan)."""
+    return aten_us >= plugin_us * MARGIN and aten_us - plugin_us >= MIN_SAVING_US
 
 
 def _number(value) -> bool:
@@ -190,7 +201,7 @@ def decide(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> tupl
     measured = cached_or_measure(key, op, vals, alpha, beta, graphs)
     if measured.faster:
         return True, "", measured
-    return False, not_routed("slower", measured=measured.describe(), margin=MARGIN), measured
+    return False, not_routed("slower", measured=measured.describe(), margin=MARGIN, saving=MIN_SAVING_US), measured
 
 
 def _sure(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool):
