@@ -45,7 +45,9 @@ for the stock arms. The routing pass's sites are recorded while the plugin arms 
 Rows append to ``<out>/models.jsonl``, one per (model, arm): date, commit, gpu, torch, triton,
 model, workload, arm, ms, compile_s, compile_s_rounds, warm_compile_s(_rounds), compile_ratio,
 warm_compile_ratio, rounds, err, speedup, ratio_spread, routed_sites, sites, cudagraphs, shape
-(batch/tokens/layers), routing (decide_s, first_calls_s, precompile_s), sites_right. Times
+(batch/tokens/layers), routing (decide_s, first_calls_s, precompile_s), sites_right, and
+``cold_phases_s``/``warm_phases_s`` (the compile rounds' median seconds per Dynamo/Inductor phase,
+which nest, and the routing clock; printed as the plugin arm's largest gaps over stock's). Times
 are estimates (about 30 s of compiling per arm
 and model, a minute for the training step's two graphs); ``--budget-s`` (default 420) starts
 no model after that many seconds, so one device call (10 minutes) ends with its rows written.
@@ -360,30 +362,51 @@ def cold_plugin():
             os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = old
 
 
-def compile_once(client: Client, arm: str, device: str, cold: bool) -> float:
+def compile_once(client: Client, arm: str, device: str, cold: bool) -> tuple[float, dict]:
     """One more compile of the arm, with fresh Inductor and Triton caches. ``cold``: the
     plugin's decisions and kernels forgotten too (``cold_plugin``), as in the first compile;
     else its decisions are cached (measure.py keeps them in memory and on disk), which is
-    what a user pays once the sites were measured."""
-    torch._dynamo.reset()
-    with _fresh_cache(), cold_plugin() if cold else contextlib.nullcontext():
+    what a user pays once the sites were measured. Returns the seconds and where they went:
+    Dynamo's and Inductor's timed phases (they nest) and the routing pass's clock."""
+    from inductor_mm_plugin.inductor import compat
+
+    torch._dynamo.reset()  # also clears the phase timers
+    with _fresh_cache(), cold_plugin() if cold else contextlib.nullcontext(), routing_clock() as spent:
         t0 = time.perf_counter()
         step = client.arm(compile_fn(arm))
         step()
         if device == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+    phases = compat.compile_phase_seconds()
+    phases.update({f"routing.{k}": v for k, v in spent.items() if k.endswith("_s")})
+    return seconds, phases
 
 
-def compile_rounds(client: Client, arms: list[str], device: str, n: int, cold: bool, flip: bool) -> dict:
+def compile_rounds(client: Client, arms: list[str], device: str, n: int, cold: bool, flip: bool) -> tuple[dict, dict]:
     """arm -> compile times over ``n`` rounds, the arms' order alternating round by round (one
     compile's time moves by 10-20% from run to run: single compiles of the same code on the
-    H200 read 0.89-1.24x of each other)."""
-    times = {arm: [] for arm in arms}
+    H200 read 0.89-1.24x of each other); and arm -> each round's phases (``compile_once``)."""
+    times, phases = {arm: [] for arm in arms}, {arm: [] for arm in arms}
     for i in range(n):
         for arm in arms[::-1] if (i + flip) % 2 else arms:
-            times[arm].append(compile_once(client, arm, device, cold))
-    return times
+            seconds, where = compile_once(client, arm, device, cold)
+            times[arm].append(seconds)
+            phases[arm].append(where)
+    return times, phases
+
+
+def median_phases(rounds: list[dict], top: int = 16) -> dict:
+    """Per phase, the median seconds over the rounds (0 where a round lacks it); the ``top`` largest."""
+    names = {name for r in rounds for name in r}
+    med = {name: median([r.get(name, 0.0) for r in rounds]) for name in names}
+    return {k: round(v, 3) for k, v in sorted(med.items(), key=lambda kv: -kv[1])[:top]}
+
+
+def phase_gaps(ours: dict, theirs: dict, n: int = 5) -> str:
+    """The phases where ``ours`` spent the most seconds beyond ``theirs``, as text."""
+    gaps = sorted(((v - theirs.get(k, 0.0), k) for k, v in ours.items()), reverse=True)[:n]
+    return ", ".join(f"{k} {gap:+.2f}s" for gap, k in gaps if gap > 0.05) or "none over 0.05 s"
 
 
 def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: int, order_flip: bool,
@@ -457,9 +480,20 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
                          **info[arm]))  # fmt: skip
     del timers, steps
     # After the timing: each compile below resets Dynamo, which drops the arms' compiled code.
-    cold = compile_rounds(client, arms, device, compile_n - 1, cold=True, flip=not order_flip)
-    warm_times = compile_rounds(client, arms, device, compile_n, cold=False, flip=order_flip) if warm else {}
+    cold, cold_phases = compile_rounds(client, arms, device, compile_n - 1, cold=True, flip=not order_flip)
+    warm_times, warm_phases = compile_rounds(client, arms, device, compile_n, cold=False, flip=order_flip) if warm else ({}, {})
     add_compile_rounds(rows, cold, warm_times)
+    by_arm = {row["arm"]: row for row in rows}
+    for kind, phases in (("cold", cold_phases), ("warm", warm_phases)):
+        for arm, rounds_of in phases.items():
+            if rounds_of:
+                by_arm[arm][f"{kind}_phases_s"] = median_phases(rounds_of)
+    for row in rows:  # where a plugin arm's extra compile time went (issue 30: cold <= 1.3x, warm <= 1.1x)
+        base = by_arm.get(BASELINE.get(row["arm"], ""))
+        for kind in ("cold", "warm"):
+            if base is not None and f"{kind}_phases_s" in row:
+                print(f"  {name}/{row['arm']}: {kind} compile beyond {base['arm']}'s: "
+                      f"{phase_gaps(row[f'{kind}_phases_s'], base[f'{kind}_phases_s'])}", flush=True)  # fmt: skip
     del client
     return rows
 

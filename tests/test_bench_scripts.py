@@ -123,11 +123,18 @@ def test_models_compile_rounds_alternate_and_ratios_are_per_round(monkeypatch):
 
     order = []
     seconds = iter([10.0, 13.0, 12.0, 11.0, 9.0, 12.0])
-    monkeypatch.setattr(models, "compile_once", lambda client, arm, device, cold: order.append((arm, cold)) or next(seconds))
-    cold = models.compile_rounds(None, ["stock", "plugin"], "cpu", 2, cold=True, flip=True)
+    def compile_once(client, arm, device, cold):
+        order.append((arm, cold))
+        t = next(seconds)
+        return t, {"compile_fx_inner": t / 2}
+
+    monkeypatch.setattr(models, "compile_once", compile_once)
+    cold, cold_phases = models.compile_rounds(None, ["stock", "plugin"], "cpu", 2, cold=True, flip=True)
     assert order == [("plugin", True), ("stock", True), ("stock", True), ("plugin", True)]
     assert cold == {"stock": [13.0, 12.0], "plugin": [10.0, 11.0]}
-    warm = models.compile_rounds(None, ["stock", "plugin"], "cpu", 1, cold=False, flip=False)
+    assert cold_phases["plugin"] == [{"compile_fx_inner": 5.0}, {"compile_fx_inner": 5.5}]
+    assert models.median_phases(cold_phases["plugin"]) == {"compile_fx_inner": 5.25}
+    warm, _ = models.compile_rounds(None, ["stock", "plugin"], "cpu", 1, cold=False, flip=False)
     assert warm == {"stock": [9.0], "plugin": [12.0]} and order[-2:] == [("stock", False), ("plugin", False)]
     rows = [dict(arm="stock", compile_s=8.0), dict(arm="plugin", compile_s=16.0)]
     models.add_compile_rounds(rows, cold, warm)
@@ -138,6 +145,17 @@ def test_models_compile_rounds_alternate_and_ratios_are_per_round(monkeypatch):
     assert "compile_ratio" not in stock
     assert models.compile_ratio(plugin, stock) == plugin["compile_ratio"]
     assert models.compile_ratio(dict(compile_s=3.0), dict(compile_s=2.0)) == 1.5  # rows of one compile
+
+
+def test_models_phase_gaps_name_where_the_extra_compile_time_went():
+    import models
+
+    ours = {"compile_fx_inner": 6.0, "routing.decide_s": 1.2, "GraphLowering.run": 1.0, "tiny": 0.04}
+    theirs = {"compile_fx_inner": 4.0, "GraphLowering.run": 1.1}
+    assert models.phase_gaps(ours, theirs) == "compile_fx_inner +2.00s, routing.decide_s +1.20s"
+    assert models.phase_gaps(theirs, theirs) == "none over 0.05 s"
+    # A phase a round lacks counts as 0 s there, so the median sees it.
+    assert models.median_phases([{"a": 1.0}, {"a": 3.0, "b": 2.0}, {"a": 2.0}]) == {"a": 2.0, "b": 0.0}
 
 
 @pytest.mark.parametrize("layout, a_stride, b_stride", [

@@ -32,6 +32,15 @@ def test_helpers():
     assert compat.current_fx_node() is None  # not inside a lowering
 
 
+def test_compile_phase_seconds_count_a_compile():
+    torch._dynamo.reset()
+    assert compat.compile_phase_seconds() == {}
+    torch.compile(lambda x: x * 2 + 1, backend="aot_eager")(torch.ones(3))
+    phases = compat.compile_phase_seconds()
+    assert phases and all(isinstance(v, float) and v >= 0 for v in phases.values())
+    torch._dynamo.reset()
+
+
 def test_select_algorithm_unwraps_both_return_conventions(monkeypatch):
     monkeypatch.setattr(compat, "autotune_select_algorithm", lambda *a: ("node", "choice"))
     assert compat.select_algorithm("n", [], [], None) == "node"

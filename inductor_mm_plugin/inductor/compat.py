@@ -90,6 +90,14 @@ def inductor_config_types() -> dict[str, Any]:
     return {k: get_type(k) if get_type else type(v) for k, v in inductor_config.get_config_copy().items()}
 
 
+def compile_phase_seconds() -> dict[str, float]:
+    """Seconds in each phase Dynamo and Inductor time (``dynamo_timed``: "compile_fx_inner",
+    "GraphLowering.run", ...) since ``torch._dynamo.reset()``, which clears them; phases nest."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {name: float(sum(times)) for name, times in compilation_time_metrics.items()}
+
+
 def dynamo_frame_locals() -> dict[str, Any] | None:
     """The local variables of the frame Dynamo is compiling, or None outside a trace.
 
