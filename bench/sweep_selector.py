@@ -40,7 +40,7 @@ from _timing import (
 )  # fmt: skip
 from shapes import GRAPH_BELOW_US, _floor_us, shape_aligned
 from suites import model_shapes, random_shapes
-from sweep_configs import T, _ptr_inductor, _skinny_configs, _spec
+from sweep_configs import T, _deepest, _ptr_inductor, _skinny_configs, _skinny_rows, _spec
 
 from inductor_mm_plugin.configs import fits, selector
 from inductor_mm_plugin.configs.space import useful_split
@@ -83,10 +83,21 @@ def configs_for(M: int, N: int, K: int, aligned: bool = True) -> list:
     """The TMA grid (the skinny one for M <= 128) and, where TMA reads the operands in place,
     Inductor's mm configs scaled to the shape through the pointer kernel (the kernel Inductor's
     templates win with on short K and 64 < M <= 256: issue 31)."""
-    grid = _skinny_configs(M) if M <= 128 else GRID
+    grid = _skinny_configs(M) + _skinny_deep_splits(M, N) if M <= 128 else GRID
     if aligned:
         grid = grid + _ptr_inductor((M, N, K))
     return [c for c in grid if fits(c, 2) and useful_split(K, c.block_k, c.split_k)]
+
+
+def _skinny_deep_splits(M: int, N: int, sms: int = 132) -> list:
+    """Skinny tiles split 8 and 16 ways where they stay within two waves: few columns and a
+    long K leave most SMs idle at split 4 (1x104x29120: 4 tiles of 32 columns, 16 programs,
+    0.49x cuBLAS at 2fe7d4d). Not yet swept (2026-12-02)."""
+    bm = _skinny_rows(M)
+    m_tiles = -(-M // bm)
+    return [_deepest(T(bm, bn, bk, 1, 4, 6, split, False, False))
+            for bn in (32, 64) for bk in ((128, 256) if bm < 64 else (128,)) for split in (8, 16)
+            if -(-N // bn) * m_tiles * split <= 2 * sms]  # fmt: skip
 
 
 def _compile_key(s: dict, cfg) -> tuple:
