@@ -225,6 +225,27 @@ def matmul_error(out, a, b, *, tf32=False, rows=None) -> str | None:
     return None
 
 
+def relative_errors(outs: dict, a, b, rows=None) -> dict[str, float]:
+    """Each output's normwise error against the float64 product of ``a @ b`` on ``rows``
+    (all if None): ||out - ref|| / ||ref|| (0 where the product is 0). Issue 31's numerics
+    target compares the plugin's with cuBLAS's on the same operands."""
+    import torch
+
+    from inductor_mm_plugin.ops.reference import matmul_reference
+
+    if rows is not None:
+        idx = torch.tensor(rows, device=a.device)
+        outs, a = {k: v.index_select(0, idx) for k, v in outs.items()}, a.index_select(0, idx)
+    ref = matmul_reference(a, b)
+    scale = float(torch.linalg.vector_norm(ref))
+    return {k: float(torch.linalg.vector_norm(v.double() - ref)) / scale if scale else 0.0 for k, v in outs.items()}
+
+
+def error_ratio(ours: float, theirs: float) -> float:
+    """ours / theirs, 1.0 where both are exact (0) and a large number where only theirs is."""
+    return ours / theirs if theirs else (1.0 if ours == 0 else 1e30)
+
+
 # ------------------------------------------------------------------- the plugin's runtime
 
 

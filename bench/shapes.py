@@ -50,7 +50,8 @@ against float64 (``in_place_ms``/``_ratio``/``_config``, ``copied_ms``/``_ratio`
 
 Writes one JSONL row per shape to ``<out>/shapes.jsonl`` (date, commit, gpu, torch, triton,
 suite, seed, M, N, K, dtype, layout, cublas_ms, plugin_ms, ratio, and ratio_rounds, config,
-kernel, timing, aligned, shape_class, err, fallback, source; on anchored shapes inductor,
+kernel, timing, aligned, shape_class, err, fallback, source, plugin_err, cublas_err, err_ratio
+(normwise error against float64 on the checked rows); on anchored shapes inductor,
 inductor_triton_ms, inductor_triton_ratio, plugin_vs_inductor_triton, inductor_triton_kernel,
 inductor_triton_compile_s or inductor_triton_err) and ``<out>/shapes-classes.json``:
 per ``shape_class``, the rows of this GPU and commit in that file (every run so far),
@@ -80,7 +81,8 @@ from inductor_mm_plugin.inductor import shape_table
 from inductor_mm_plugin.inductor.shape_table import is_aligned, shape_class  # noqa: F401  (is_aligned: tests read it here)
 from suites import BYTE_CAP, FLOP_CAP, LAYOUTS, flops_bytes, model_shapes, random_shapes, shape_aligned  # noqa: F401
 from _timing import (
-    GraphTimer, add_common_args, append_jsonl, check_rows, config_name, dtype_of, geomean, header, make_operands, matmul_error,
+    GraphTimer, add_common_args, append_jsonl, check_rows, config_name, dtype_of, error_ratio, geomean, header,
+    make_operands, matmul_error, relative_errors,
     median, percentile, plugin_runtime, precompile, ratios, read_jsonl, require_cuda, rotating, rotation, rounds,
     run_meta, spread, time_ms,
 )  # fmt: skip
@@ -88,6 +90,7 @@ from _timing import (
 TARGETS = {"random": {"geomean": 1.00, "p10": 0.92, "min": 0.85}, "models": {"geomean": 1.02, "min": 0.90},
            "tf32": {"min": 0.90}}  # fmt: skip
 GRAPH_BELOW_US = 50.0
+ERR_RATIO = 1.1  # issue 31: the plugin's error against float64 at most this times cuBLAS's
 
 # ----------------------------------------------------------------------- shape classes
 # shape_class, is_aligned and the class table live in the package (inductor/shape_table.py):
@@ -197,6 +200,9 @@ def bench_shape(shape: dict, rt, n_rounds: int, device: str, copy_arms: bool = F
     if err:
         row["err"] = err
         return row
+    # Numerics (issue 31: within 1.1x of cuBLAS's error): both against float64, same rows.
+    errs = relative_errors({"plugin": out, "cublas": torch.mm(a, b)}, a, b, rows=rows)
+    row.update(plugin_err=errs["plugin"], cublas_err=errs["cublas"], err_ratio=error_ratio(errs["plugin"], errs["cublas"]))
     del poisoned, out
     arms = {"cublas": torch.mm, "plugin": op}
     if shape.get("inductor") and not tf32:
@@ -271,8 +277,25 @@ def report(rows: list[dict], suite: str) -> str:
                          f"plugin {1e3 * r['plugin_ms']:8.1f} us  [{r.get('config')}] {r.get('source', '')}")  # fmt: skip
     for r in wrong:
         lines.append(f"  WRONG {r['M']}x{r['N']}x{r['K']} {r['dtype']} {r['layout']} [{r.get('config')}]: {r['err']}")
+    lines += numerics_report(rows)
     lines += anchor_report(timed)
     return "\n".join(lines)
+
+
+def numerics_report(rows: list[dict]) -> list[str]:
+    """How many shapes have the plugin's error against float64 within ``ERR_RATIO`` of
+    cuBLAS's (issue 31's numerics target: every shape), and the worst few."""
+    checked = [r for r in rows if r.get("err_ratio") is not None]
+    if not checked:
+        return []
+    over = sorted((r for r in checked if r["err_ratio"] > ERR_RATIO), key=lambda r: -r["err_ratio"])
+    lines = [f"  numerics: error within {ERR_RATIO}x of cuBLAS's on {len(checked) - len(over)} of {len(checked)} "
+             f"shapes (target: all {'ok' if not over else 'MISSED'}); the largest ratio "
+             f"{max(r['err_ratio'] for r in checked):.3g}"]  # fmt: skip
+    for r in over[:5]:
+        lines.append(f"    {r['err_ratio']:.3g}  {r['M']}x{r['N']}x{r['K']} {r['dtype']} {r['layout']} "
+                     f"plugin {r['plugin_err']:.3g} cuBLAS {r['cublas_err']:.3g} [{r.get('config')}]")  # fmt: skip
+    return lines
 
 
 def anchor_report(rows: list[dict]) -> list[str]:

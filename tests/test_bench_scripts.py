@@ -296,3 +296,22 @@ def test_bench_scripts_name_nothing_undefined(script):
 
     walk(symtable.symtable(source, f"{script}.py", "exec"))
     assert not missing, sorted(missing)
+
+
+def test_relative_errors_against_float64_and_the_numerics_report():
+    """Issue 31's numerics target: the plugin's error against float64 within 1.1x of cuBLAS's."""
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(40, 24, generator=g), torch.randn(24, 16, generator=g)
+    exact = (a.double() @ b.double()).float()
+    off = exact.clone()
+    off[3] += 1.0  # one row wrong
+    errs = _timing.relative_errors({"exact": exact, "off": off}, a, b)
+    assert errs["exact"] < 1e-6 < errs["off"]
+    assert _timing.relative_errors({"off": off}, a, b, rows=[0, 1])["off"] < 1e-6  # the wrong row not compared
+    assert _timing.relative_errors({"z": torch.zeros(40, 16)}, torch.zeros(40, 24), b) == {"z": 0.0}
+    assert _timing.error_ratio(2.0, 1.0) == 2.0 and _timing.error_ratio(0.0, 0.0) == 1.0
+    assert _timing.error_ratio(1e-3, 0.0) > 1e20
+    row = lambda r: dict(err_ratio=r, plugin_err=r * 1e-3, cublas_err=1e-3, M=8, N=8, K=8, dtype="bf16", layout="row")  # noqa: E731
+    lines = shapes.numerics_report([row(1.0), row(1.05), row(1.5), dict(ratio=1.0)])
+    assert "on 2 of 3 shapes" in lines[0] and "MISSED" in lines[0] and len(lines) == 2 and lines[1].strip().startswith("1.5")
+    assert "ok" in shapes.numerics_report([row(1.0)])[0] and shapes.numerics_report([dict(ratio=1.0)]) == []
