@@ -49,6 +49,7 @@ def table_here(monkeypatch, tmp_path):
     monkeypatch.setattr(shape_table, "TABLES", tmp_path)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "TEST GPU")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(shape_table.PEAKS, "TEST GPU", (1e15, 4e12))
     shape_table.clear()
     classes = {"16bit/row/aligned/M17-64/N1-1024/K1025-4096": {"n": 5, "best": 0.9, "worst": 0.5, "verdict": "loses"},
                "16bit/row/aligned/M65-256/N1-1024/K1025-4096": {"n": 4, "best": 3.0, "worst": 1.5, "verdict": "wins"},
@@ -78,6 +79,19 @@ def test_a_sure_loser_is_not_timed_and_the_rest_is(table_here, monkeypatch):
     measure.decide("addmm", [T(1024), T(128, 4096), T(4096, 1024)], 1, 1, graphs=True)
     measure.decide("mm", [T(512, 4096), T(4096, 1024)], 1, 1, graphs=True)  # "measure"
     assert timed == [128, 1024, 512]
+    # A winner's site too small to save MIN_SAVING_US per call at the class's worst ratio (1.5)
+    # is timed: 65x1025x1025 moves 2.4 MB, 0.6 us at the peaks, so it saves 0.2 us at the least.
+    small = measure.decide("mm", [T(65, 1025), T(1025, 1024)], 1, 1, graphs=True)
+    assert timed[-1] == 65 and small[2] is not None
+
+
+def test_floor_us_is_the_work_at_the_gpus_peaks():
+    a, b = T(128, 4096), T(4096, 1024)
+    bytes_ = (128 * 4096 + 4096 * 1024 + 128 * 1024) * 2
+    assert shape_table.floor_us([a, b], "NVIDIA H200") == pytest.approx(bytes_ / 4.8e12 * 1e6)
+    big = [T(8192, 8192), T(8192, 8192)]
+    assert shape_table.floor_us(big, "NVIDIA H200") == pytest.approx(2 * 8192**3 / 989e12 * 1e6)
+    assert shape_table.floor_us(big, "a GPU with no peaks listed") < shape_table.floor_us(big, "NVIDIA H200")
 
 
 def test_no_table_or_a_broken_table_means_measure(table_here, tmp_path):

@@ -20,7 +20,8 @@ The rule, as the README states it:
   either. Under CUDA graphs (``triton.cudagraphs``, ``mode="reduce-overhead"``) it is
   ignored.
 * A shape class that the committed per-GPU table (``shape_table.py``) marks as a sure loser
-  is not timed at all; a sure winner is routed untimed under CUDA graphs.
+  is not timed at all; a sure winner is routed untimed under CUDA graphs, where the site is
+  large enough for the saving floor (smaller ones are timed).
 
 Decisions are cached in memory and on disk (``RoutingCache``), keyed by GPU, versions, kernel
 source and the site's signature, so a second compile measures nothing.
@@ -205,10 +206,13 @@ def decide(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> tupl
 
 
 def _sure(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool):
-    """The shape table's answer where it decides untimed: a sure loser always, a sure winner
-    under CUDA graphs (its measurement had no host cost in it)."""
+    """The shape table's answer where it decides untimed: a sure loser always; a sure winner
+    under CUDA graphs (its measurement had no host cost in it), where the site is large enough
+    to save ``MIN_SAVING_US`` per call at the class's worst ratio (``least_saving_us``)."""
     sure = shape_table.lookup(op, vals, alpha, beta)
-    return sure if sure is not None and (sure.verdict == "loses" or graphs) else None
+    if sure is None or sure.verdict == "loses":
+        return sure
+    return sure if graphs and sure.least_saving_us(vals) >= MIN_SAVING_US else None
 
 
 def precompile(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]) -> int:

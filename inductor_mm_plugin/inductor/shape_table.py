@@ -27,6 +27,10 @@ import torch
 
 from .selection import not_routed
 
+# Datasheet peaks (dense 16-bit FLOP/s, memory bytes/s) per table's GPU: no kernel runs a site
+# faster than its work at these rates (``floor_us``). Unknown GPUs: above any shipping part.
+PEAKS = {"NVIDIA H200": (989e12, 4.8e12)}
+_ANY_GPU_PEAKS = (2.5e15, 8e12)
 LOSES_BELOW = 1 / 1.02  # the best row of the class: below this, no row came near the margin
 WINS_ABOVE = 1.10  # the worst row of the class: above this, every row won clearly
 MIN_ROWS = 3
@@ -98,11 +102,26 @@ class Answer:
     worst: float
     gpu: str
 
+    def least_saving_us(self, vals: list) -> float:
+        """What a winner's site saves per call at the least: its time is at least ``floor_us``,
+        and the class's worst row won by ``worst``."""
+        return floor_us(vals, self.gpu) * (1 - 1 / self.worst)
+
     def describe(self) -> str:
         rows = f"{self.n} shapes of class {self.shape_class} measured {self.worst:.2f}-{self.best:.2f}x cuBLAS"
         if self.verdict == "loses":
             return not_routed("sure_loser", rows=rows, gpu=self.gpu)
         return f"{rows} on the {self.gpu} (shape table): a sure winner, routed without timing"
+
+
+def floor_us(vals: list, gpu: str) -> float:
+    """The least time of an (a, b) or (bias, a, b) site on ``gpu``: its FLOPs or its bytes
+    (operands and result) at the GPU's peaks (``PEAKS``)."""
+    a, b = vals[-2], vals[-1]
+    (M, K), N = a.shape, b.shape[-1]
+    flops, bytes_ = 2 * M * N * K, (M * K + K * N + M * N) * a.element_size()
+    peak_flops, peak_bytes = PEAKS.get(gpu, _ANY_GPU_PEAKS)
+    return max(flops / peak_flops, bytes_ / peak_bytes) * 1e6
 
 
 def _slug(gpu: str) -> str:
