@@ -5,6 +5,7 @@ written files do no harm."""
 import json
 import multiprocessing
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -265,3 +266,25 @@ def test_unwritable_folder_never_retunes_within_a_process(tmp_path, how):
     assert autotune("other", CANDIDATES, timer, cache) == CANDIDATES[1]
     assert len(timer.calls) == calls, "re-timed a bucket tuned before in this process"
     assert not cache.path.exists()
+
+
+def test_the_source_hash_covers_tables_and_the_runtime(tmp_path):
+    """Cached timings (tuning, routing) go stale when what a call runs changes: a kernel, a
+    config rule, the selector's fitted table or the launch path; not with other code."""
+    import shutil
+
+    import inductor_mm_plugin
+
+    src = pathlib.Path(inductor_mm_plugin.__file__).parent
+    pkg = tmp_path / "pkg"
+    for part in ("kernels", "configs", "runtime", "inductor"):
+        shutil.copytree(src / part, pkg / part, ignore=shutil.ignore_patterns("__pycache__"))
+    base = kernel_source_hash(pkg)
+    assert base == kernel_source_hash(src)  # the same files, wherever they are
+    for path in ("configs/tables/NVIDIA_H200.json", "runtime/launch.py", "kernels/matmul_tma.py", "configs/eager.py"):
+        original = (pkg / path).read_bytes()
+        (pkg / path).write_bytes(original + b"\n")
+        assert kernel_source_hash(pkg) != base, path
+        (pkg / path).write_bytes(original)
+    (pkg / "inductor" / "routing.py").write_text("# another pass\n")
+    assert kernel_source_hash(pkg) == base

@@ -3,9 +3,10 @@
 The runtime uses the heuristic (``configs.heuristic_config``) unless autotuning is on
 (``INDUCTOR_MM_PLUGIN_AUTOTUNE=1`` or ``set_autotune(True)``); then, per shape bucket
 (``Problem.bucket()``), it asks a ``TuningCache`` first and times the candidates only on a
-miss. The cache file is keyed by GPU name, Triton version and a hash of the kernel sources,
-so a new GPU, a Triton upgrade or an edited kernel starts a new file instead of reusing
-stale choices. A second process with a warm file times nothing.
+miss. The cache file is keyed by GPU name, Triton version and a hash of the kernels, their
+configurations and tables, and the runtime (``kernel_source_hash``), so a new GPU, a Triton
+upgrade, an edited kernel or a refitted table starts a new file instead of reusing stale
+choices. A second process with a warm file times nothing.
 
 File safety: a write reads the file, merges its entry in and replaces the file (a temporary
 file in the same folder, then ``os.replace``, atomic on POSIX and Windows), so a reader never
@@ -57,12 +58,17 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(base) / "inductor_mm_plugin"
 
 
-def kernel_source_hash() -> str:
-    """Hash of the files that define the kernels and their configurations."""
-    package = pathlib.Path(__file__).resolve().parents[1]
+def kernel_source_hash(package: pathlib.Path | None = None) -> str:
+    """Hash of the files that decide which kernel a call runs and how: the kernels, their
+    configurations and the selector's tables, and the runtime that picks and launches them.
+    A refitted table or a launch-path change makes cached timings stale (a routing decision
+    timed before the ``_copies`` fix of 2026-12-02 measured another path than runs now)."""
+    package = package or pathlib.Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for path in sorted([*(package / "kernels").glob("*.py"), *(package / "configs").glob("*.py")]):
-        h.update(path.name.encode())
+    files = [*(package / "kernels").glob("*.py"), *(package / "configs").glob("*.py"),
+             *(package / "configs" / "tables").glob("*.json"), *(package / "runtime").glob("*.py")]  # fmt: skip
+    for path in sorted(files):
+        h.update(str(path.relative_to(package)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
