@@ -14,6 +14,7 @@ import torch
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
+import _compiling  # noqa: E402
 import _timing  # noqa: E402
 import shapes  # noqa: E402
 
@@ -119,8 +120,6 @@ def test_models_tiny_client_builds_and_reports():
 def test_models_compile_rounds_alternate_and_ratios_are_per_round(monkeypatch):
     """Compile time is compared like step time: arms in rounds of alternating order, the
     median of per-round ratios (one compile's time moves 10-20% from run to run)."""
-    import models
-
     order = []
     seconds = iter([10.0, 13.0, 12.0, 11.0, 9.0, 12.0])
     def compile_once(client, arm, device, cold):
@@ -128,34 +127,32 @@ def test_models_compile_rounds_alternate_and_ratios_are_per_round(monkeypatch):
         t = next(seconds)
         return t, {"compile_fx_inner": t / 2}
 
-    monkeypatch.setattr(models, "compile_once", compile_once)
-    cold, cold_phases = models.compile_rounds(None, ["stock", "plugin"], "cpu", 2, cold=True, flip=True)
+    monkeypatch.setattr(_compiling, "compile_once", compile_once)
+    cold, cold_phases = _compiling.compile_rounds(None, ["stock", "plugin"], "cpu", 2, cold=True, flip=True)
     assert order == [("plugin", True), ("stock", True), ("stock", True), ("plugin", True)]
     assert cold == {"stock": [13.0, 12.0], "plugin": [10.0, 11.0]}
     assert cold_phases["plugin"] == [{"compile_fx_inner": 5.0}, {"compile_fx_inner": 5.5}]
-    assert models.median_phases(cold_phases["plugin"]) == {"compile_fx_inner": 5.25}
-    warm, _ = models.compile_rounds(None, ["stock", "plugin"], "cpu", 1, cold=False, flip=False)
+    assert _compiling.median_phases(cold_phases["plugin"]) == {"compile_fx_inner": 5.25}
+    warm, _ = _compiling.compile_rounds(None, ["stock", "plugin"], "cpu", 1, cold=False, flip=False)
     assert warm == {"stock": [9.0], "plugin": [12.0]} and order[-2:] == [("stock", False), ("plugin", False)]
     rows = [dict(arm="stock", compile_s=8.0), dict(arm="plugin", compile_s=16.0)]
-    models.add_compile_rounds(rows, cold, warm)
+    _compiling.add_compile_rounds(rows, cold, warm)
     stock, plugin = rows
     assert plugin["compile_s_rounds"] == [16.0, 10.0, 11.0] and stock["compile_s_rounds"] == [8.0, 13.0, 12.0]
     assert plugin["compile_ratio"] == pytest.approx(round(statistics.median([2.0, 10 / 13, 11 / 12]), 3))
     assert plugin["warm_compile_ratio"] == pytest.approx(1.333) and plugin["warm_compile_s"] == 12.0
     assert "compile_ratio" not in stock
-    assert models.compile_ratio(plugin, stock) == plugin["compile_ratio"]
-    assert models.compile_ratio(dict(compile_s=3.0), dict(compile_s=2.0)) == 1.5  # rows of one compile
+    assert _compiling.compile_ratio(plugin, stock) == plugin["compile_ratio"]
+    assert _compiling.compile_ratio(dict(compile_s=3.0), dict(compile_s=2.0)) == 1.5  # rows of one compile
 
 
 def test_models_phase_gaps_name_where_the_extra_compile_time_went():
-    import models
-
     ours = {"compile_fx_inner": 6.0, "routing.decide_s": 1.2, "GraphLowering.run": 1.0, "tiny": 0.04}
     theirs = {"compile_fx_inner": 4.0, "GraphLowering.run": 1.1}
-    assert models.phase_gaps(ours, theirs) == "compile_fx_inner +2.00s, routing.decide_s +1.20s"
-    assert models.phase_gaps(theirs, theirs) == "none over 0.05 s"
+    assert _compiling.phase_gaps(ours, theirs) == "compile_fx_inner +2.00s, routing.decide_s +1.20s"
+    assert _compiling.phase_gaps(theirs, theirs) == "none over 0.05 s"
     # A phase a round lacks counts as 0 s there, so the median sees it.
-    assert models.median_phases([{"a": 1.0}, {"a": 3.0, "b": 2.0}, {"a": 2.0}]) == {"a": 2.0, "b": 0.0}
+    assert _compiling.median_phases([{"a": 1.0}, {"a": 3.0, "b": 2.0}, {"a": 2.0}]) == {"a": 2.0, "b": 0.0}
 
 
 @pytest.mark.parametrize("layout, a_stride, b_stride", [
@@ -178,13 +175,11 @@ def test_anchor_report_names_the_classes_below_inductors_triton():
 def test_models_cold_plugin_forgets_before_and_keeps_what_the_block_learned(monkeypatch, tmp_path):
     """A cold compile starts from nothing (decisions, plans, a routing cache folder of its own);
     the warm compiles after it read the decisions it made."""
-    import models
-
     from inductor_mm_plugin.inductor import measure
 
     monkeypatch.setenv("INDUCTOR_MM_PLUGIN_CACHE_DIR", str(tmp_path))
     measure._MEMORY["before"] = "an old decision"
-    with models.cold_plugin():
+    with _compiling.cold_plugin():
         assert "before" not in measure._MEMORY
         folder = os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"]
         assert folder != str(tmp_path) and os.path.isdir(folder)

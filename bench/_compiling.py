@@ -1,0 +1,231 @@
+"""bench/models.py's arms and its compile clock: each arm's ``torch.compile``, cold and warm
+compiles in interleaved rounds with the plugin's state forgotten or kept, and where each
+compile's time went (Dynamo's and Inductor's phase timers, the routing pass's clock).
+
+Issue 30's compile targets (cold <= 1.3x, warm <= 1.1x stock's) are read off these rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+
+import torch
+from _timing import median, plugin_backend
+
+ARMS = ("stock", "plugin", "stock_max_autotune", "plugin_max_autotune")
+BASELINE = {"plugin": "stock", "plugin_max_autotune": "stock_max_autotune"}
+
+
+def compile_fn(arm: str):
+    """``model -> torch.compile(model, ...)`` for an arm."""
+    kwargs = {"mode": "max-autotune-no-cudagraphs"} if arm.endswith("max_autotune") else {}
+    if arm.startswith("plugin"):
+        kwargs["backend"] = plugin_backend()
+    return lambda model: torch.compile(model, **kwargs)
+
+
+def fresh_cache():
+    import torch._inductor.utils as utils
+
+    return (getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache)()
+
+
+def warm_up_compilers(device: str) -> None:
+    """A throwaway compile with each backend: imports, compile workers, CUDA context; so the
+    first arm of the first model does not pay them."""
+    mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256))
+    mlp = mlp.to(device=device, dtype=torch.bfloat16)
+    x = torch.randn(64, 256, device=device, dtype=torch.bfloat16)
+    for arm in ("stock", "plugin"):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            compile_fn(arm)(mlp)(x)
+    torch._dynamo.reset()
+
+
+
+
+@contextlib.contextmanager
+def routing_clock():
+    """Where a plugin arm's compile time goes: compiling the kernels of the sites to be timed,
+    side by side (``precompile_s``, ``measure.precompile``), ``measure.decide`` in all
+    (``decide_s``), and within it the first call of each plugin kernel (``first_calls_s``:
+    what was not compiled ahead, and the launch plan), for ``routing``: decide_s,
+    first_calls_s, precompile_s, sites, timed."""
+    from inductor_mm_plugin.inductor import measure
+
+    spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0}
+    decide, measure_fn, call, precompile = measure.decide, measure.measure, measure._call, measure.precompile
+
+    def clocked(fn, field, count=None):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[field] += time.perf_counter() - t0
+                if count:
+                    spent[count] += 1
+
+        return run
+
+    timed_precompile, timed_decide = clocked(precompile, "precompile_s"), clocked(decide, "decide_s", "sites")
+
+    def counted_measure(*args, **kwargs):
+        spent["timed"] += 1
+        return measure_fn(*args, **kwargs)
+
+    def first_call_timed(*args, **kwargs):
+        fn, first = call(*args, **kwargs), [kwargs.get("plugin", args[-1] if args else False)]
+
+        def run():
+            if not first[0]:
+                return fn()
+            first[0] = False
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            spent["first_calls_s"] += time.perf_counter() - t0
+
+        return run
+
+    measure.decide, measure.measure, measure._call = timed_decide, counted_measure, first_call_timed
+    measure.precompile = timed_precompile
+    try:
+        yield spent
+    finally:
+        measure.decide, measure.measure, measure._call, measure.precompile = decide, measure_fn, call, precompile
+
+
+
+
+@contextlib.contextmanager
+def cold_plugin():
+    """Forget what the plugin learned in this process (``inductor_mm_plugin.reset()``: launch
+    plans, routing decisions) and the in-memory caches of its Triton kernels (their disk cache
+    is new per compile already, ``fresh_cache``), and give the block a routing cache folder of
+    its own: a cold compile compiles and measures every site anew. The folder stays after the
+    block, and so do the decisions made in it, for the warm compiles that follow."""
+    import tempfile
+
+    import inductor_mm_plugin
+    from triton.runtime.jit import JITFunction
+
+    inductor_mm_plugin.reset()
+    for mod_name, mod in list(sys.modules.items()):
+        if mod_name.startswith("inductor_mm_plugin") and mod is not None:
+            for obj in list(vars(mod).values()):
+                caches = getattr(obj, "device_caches", None) if isinstance(obj, JITFunction) else None
+                if caches is not None:
+                    caches.clear()
+    old = os.environ.get("INDUCTOR_MM_PLUGIN_CACHE_DIR")
+    os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="models-routing-")
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("INDUCTOR_MM_PLUGIN_CACHE_DIR", None)
+        else:
+            os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = old
+
+
+def compile_once(client, arm: str, device: str, cold: bool) -> tuple[float, dict]:
+    """One more compile of the arm, with fresh Inductor and Triton caches. ``cold``: the
+    plugin's decisions and kernels forgotten too (``cold_plugin``), as in the first compile;
+    else its decisions are cached (measure.py keeps them in memory and on disk), which is
+    what a user pays once the sites were measured. Returns the seconds and where they went:
+    Dynamo's and Inductor's timed phases (they nest) and the routing pass's clock."""
+    from inductor_mm_plugin.inductor import compat
+
+    torch._dynamo.reset()  # also clears the phase timers
+    with fresh_cache(), cold_plugin() if cold else contextlib.nullcontext(), routing_clock() as spent:
+        t0 = time.perf_counter()
+        step = client.arm(compile_fn(arm))
+        step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+    phases = compat.compile_phase_seconds()
+    phases.update({f"routing.{k}": v for k, v in spent.items() if k.endswith("_s")})
+    return seconds, phases
+
+
+def compile_rounds(client, arms: list[str], device: str, n: int, cold: bool, flip: bool) -> tuple[dict, dict]:
+    """arm -> compile times over ``n`` rounds, the arms' order alternating round by round (one
+    compile's time moves by 10-20% from run to run: single compiles of the same code on the
+    H200 read 0.89-1.24x of each other); and arm -> each round's phases (``compile_once``)."""
+    times, phases = {arm: [] for arm in arms}, {arm: [] for arm in arms}
+    for i in range(n):
+        for arm in arms[::-1] if (i + flip) % 2 else arms:
+            seconds, where = compile_once(client, arm, device, cold)
+            times[arm].append(seconds)
+            phases[arm].append(where)
+    return times, phases
+
+
+def median_phases(rounds: list[dict], top: int = 16) -> dict:
+    """Per phase, the median seconds over the rounds (0 where a round lacks it); the ``top`` largest."""
+    names = {name for r in rounds for name in r}
+    med = {name: median([r.get(name, 0.0) for r in rounds]) for name in names}
+    return {k: round(v, 3) for k, v in sorted(med.items(), key=lambda kv: -kv[1])[:top]}
+
+
+def phase_gaps(ours: dict, theirs: dict, n: int = 5) -> str:
+    """The phases where ``ours`` spent the most seconds beyond ``theirs``, as text."""
+    gaps = sorted(((v - theirs.get(k, 0.0), k) for k, v in ours.items()), reverse=True)[:n]
+    return ", ".join(f"{k} {gap:+.2f}s" for gap, k in gaps if gap > 0.05) or "none over 0.05 s"
+
+
+
+
+def add_compile_rounds(rows: list[dict], cold: dict, warm: dict) -> None:
+    """Each row gets its compile times by round (``compile_s_rounds``: the first compile, then
+    ``cold``'s; ``warm_compile_s_rounds`` and their median ``warm_compile_s``), and a row with a
+    baseline the medians of its per-round ratios to it (``compile_ratio``, ``warm_compile_ratio``)."""
+    by_arm = {row["arm"]: row for row in rows}
+    for row in rows:
+        row["compile_s_rounds"] = [round(t, 2) for t in [row["compile_s"], *cold.get(row["arm"], [])]]
+        if warm:
+            row["warm_compile_s_rounds"] = [round(t, 2) for t in warm[row["arm"]]]
+            row["warm_compile_s"] = median(warm[row["arm"]])
+    for row in rows:  # per round, against the baseline's compile of the same round
+        base = by_arm.get(BASELINE.get(row["arm"], ""))
+        if base is not None:
+            for field in ("compile_s_rounds", "warm_compile_s_rounds"):
+                if field in row:
+                    ratio = median([ours / theirs for ours, theirs in zip(row[field], base[field])])
+                    row[field.replace("_s_rounds", "_ratio")] = round(ratio, 3)
+
+
+
+
+def compile_ratio(row: dict, base: dict, kind: str = "") -> float:
+    """The arm's compile time against its baseline's: the median of per-round ratios where
+    the rows have rounds (``compile_ratio``, ``warm_compile_ratio``), else one compile's."""
+    ratio = row.get(f"{kind}compile_ratio")
+    return ratio if ratio is not None else row[f"{kind}compile_s"] / base[f"{kind}compile_s"]
+
+
+def timed_compiles(rows: list[dict], client, arms: list[str], device: str, n: int, flip: bool, warm: bool,
+                   name: str) -> None:  # fmt: skip
+    """The compile rounds after a model's timing (``n`` in all: the first compile was cold),
+    added to its ``rows`` (``add_compile_rounds``, ``cold_phases_s``/``warm_phases_s``), and
+    the plugin arm's largest gaps over its baseline's printed. Each compile resets Dynamo,
+    which drops the arms' compiled code."""
+    cold, cold_phases = compile_rounds(client, arms, device, n - 1, cold=True, flip=not flip)
+    warm_times, warm_phases = compile_rounds(client, arms, device, n, cold=False, flip=flip) if warm else ({}, {})
+    add_compile_rounds(rows, cold, warm_times)
+    by_arm = {row["arm"]: row for row in rows}
+    for kind, phases in (("cold", cold_phases), ("warm", warm_phases)):
+        for arm, rounds_of in phases.items():
+            if rounds_of:
+                by_arm[arm][f"{kind}_phases_s"] = median_phases(rounds_of)
+    for row in rows:
+        base = by_arm.get(BASELINE.get(row["arm"], ""))
+        for kind in ("cold", "warm"):
+            if base is not None and f"{kind}_phases_s" in row:
+                print(f"  {name}/{row['arm']}: {kind} compile beyond {base['arm']}'s: "
+                      f"{phase_gaps(row[f'{kind}_phases_s'], base[f'{kind}_phases_s'])}", flush=True)  # fmt: skip
