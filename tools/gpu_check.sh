@@ -13,7 +13,7 @@
 #   --timeout S      seconds per benchmark (default 540) and for pytest (default 900)
 #   --parallel       with two or more GPUs: the tests on GPU 0 while the benchmarks run on GPU 1
 #   --shards N       the tests as N pytest processes side by side, the test files dealt out by
-#                    size (the GPU suite is compile-bound: 16 cores, one GPU); pytest-<i>.txt each
+#                    their measured seconds (the GPU suite is compile-bound: 16 cores, one GPU); pytest-<i>.txt each
 #
 # Results: each benchmark appends its JSONL rows to DIR/results/<name>.jsonl (a fresh file per
 # run; append them to bench/results/ in the repository to keep them) and its output to
@@ -84,19 +84,24 @@ pytest_to() {  # LOG, then pytest arguments
 run_tests() {
   [ "$RUN_TESTS" = 1 ] || return 0
   [ "$SHARDS" -gt 1 ] || { pytest_to "$OUT/pytest.txt"; return; }
-  # Largest files first, each to the shard with the fewest bytes so far.
+  # Longest files first, each to the shard with the fewest seconds so far: the GPU seconds
+  # measured for the slow files (H200, 395c7bb, --shards 6: the shard holding test_export and
+  # test_cache took 433 s, the others 20-173 s), else about 0.5 s per KiB of test file.
   mapfile -t shards < <($PY - "$SHARDS" <<'PY'
 import pathlib, sys
+SLOW = {"test_export.py": 220, "test_cache.py": 195, "test_distributed.py": 85, "test_transformers.py": 40}
 n = int(sys.argv[1])
-bins = [[0, []] for _ in range(n)]
-for f in sorted(pathlib.Path("tests").glob("test_*.py"), key=lambda f: -f.stat().st_size):
+seconds = {f: SLOW.get(f.name, f.stat().st_size / 2048) for f in pathlib.Path("tests").glob("test_*.py")}
+bins = [[0.0, []] for _ in range(n)]
+for f in sorted(seconds, key=lambda f: -seconds[f]):
     b = min(bins, key=lambda b: b[0])
-    b[0] += f.stat().st_size
+    b[0] += seconds[f]
     b[1].append(str(f))
-print("\n".join(" ".join(files) for _, files in bins))
+print("\n".join(" ".join(files) for _, files in bins if files))
 PY
 )
   local pids=() rc=0 i
+  rm -f "$OUT"/pytest-*.txt  # a reused folder's old shards would enter the summary
   for i in "${!shards[@]}"; do
     # shellcheck disable=SC2086
     pytest_to "$OUT/pytest-$i.txt" ${shards[$i]} &
