@@ -209,15 +209,10 @@ def _copies(a, b, out, bias, flags, in_place, config, copy_unaligned, autotune=F
     b_bytes = b.numel() * b.element_size() if need[1] else 0
     if config is None and not (copy_unaligned or copies_pay(in_place, packed, b_bytes)):
         return None
-    if config is not None:
-        cfg = config
-    elif autotune and not interpreting():
-        cfg = _choose(packed, layout, flags, a, b, out, bias, alpha, beta, autotune, copies=need)
-    else:
-        # The copies were judged to pay for the TMA kernel: its pick, not the pointer kernel's
-        # (which would drop the copies and read in place by the unaligned rules: 4160x64x1949
-        # ran 0.26x cuBLAS so at d794989).
-        cfg = heuristic_config(packed, interpreting(), kernels=("tma",))
+    # With copies, _choose picks among TMA configs only: a pointer pick would drop the copies
+    # and read in place by the unaligned rules (4160x64x1949 ran 0.26x cuBLAS so at d794989).
+    cfg = config if config is not None else _choose(packed, layout, flags, a, b, out, bias, alpha, beta, autotune,
+                                                    copies=need)  # fmt: skip
     if cfg.kernel != "tma":
         return None
     return Plan(packed, cfg, layout, flags, a.device, copies=need)
