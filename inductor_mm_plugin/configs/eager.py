@@ -29,8 +29,13 @@ from .space import (
 def heuristic_config(p: Problem, interpreting: bool = False, kernels=("tma", "ptr")) -> MatmulConfig:
     """A config for this problem, chosen instantly: the fitted selector's (``selector.py``,
     among ``kernels``) where its table covers the problem, else the hand rules (``rule_config``)."""
+    return _heuristic_pick(p, interpreting, kernels)[0]
+
+
+def _heuristic_pick(p: Problem, interpreting: bool, kernels) -> tuple[MatmulConfig, bool]:
+    """``heuristic_config``'s pick, and whether the selector made it (not the hand rules)."""
     picked = None if interpreting else selector.select(p, kernels=kernels)
-    return rule_config(p, interpreting) if picked is None else picked
+    return (rule_config(p, interpreting), False) if picked is None else (picked, True)
 
 
 def rule_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
@@ -261,10 +266,10 @@ def _skinny_candidates(p: Problem) -> list[MatmulConfig]:
 def candidate_configs(p: Problem, interpreting: bool = False, kernels=("tma", "ptr")) -> list[MatmulConfig]:
     """What the autotuner times for this problem: the heuristic's pick first (among
     ``kernels``), then its neighbours from the tables; every one fits shared memory and the batch."""
-    first = heuristic_config(p, interpreting, kernels)
+    first, from_selector = _heuristic_pick(p, interpreting, kernels)
     if interpreting:
         return [first]
-    if first.kernel == "ptr" and selector.select(p, kernels=kernels) != first:
+    if first.kernel == "ptr" and not from_selector:
         cands = H.PTR_CANDIDATES  # the hand rules' pointer kernel: operands TMA cannot read, fp32, ...
     elif p.elem_bytes == 4:
         cands = H.TF32_CANDIDATES
