@@ -43,7 +43,7 @@ from suites import model_shapes, random_shapes
 from sweep_configs import T, _deepest, _ptr_inductor, _skinny_configs, _skinny_rows, _spec
 
 from inductor_mm_plugin.configs import fits, selector
-from inductor_mm_plugin.configs.space import useful_split
+from inductor_mm_plugin.configs.space import DEFAULT_NUM_SMS, cdiv, useful_split
 from inductor_mm_plugin.runtime.layout import pointer_hints
 
 TABLE = pathlib.Path(selector.__file__).parent / "tables" / "NVIDIA_H200.json"
@@ -89,15 +89,14 @@ def configs_for(M: int, N: int, K: int, aligned: bool = True) -> list:
     return [c for c in grid if fits(c, 2) and useful_split(K, c.block_k, c.split_k)]
 
 
-def _skinny_deep_splits(M: int, N: int, sms: int = 132) -> list:
+def _skinny_deep_splits(M: int, N: int, sms: int = DEFAULT_NUM_SMS) -> list:
     """Skinny tiles split 8 and 16 ways where they stay within two waves: few columns and a
     long K leave most SMs idle at split 4 (1x104x29120: 4 tiles of 32 columns, 16 programs,
     0.49x cuBLAS at 2fe7d4d). Not yet swept (2026-12-02)."""
     bm = _skinny_rows(M)
-    m_tiles = -(-M // bm)
     return [_deepest(T(bm, bn, bk, 1, 4, 6, split, False, False))
             for bn in (32, 64) for bk in ((128, 256) if bm < 64 else (128,)) for split in (8, 16)
-            if -(-N // bn) * m_tiles * split <= 2 * sms]  # fmt: skip
+            if cdiv(N, bn) * cdiv(M, bm) * split <= 2 * sms]  # fmt: skip
 
 
 def _compile_key(s: dict, cfg) -> tuple:
