@@ -29,7 +29,8 @@ kernels forgotten too): ``compile_s`` is the wall time of the first call, which 
 training step: forward and backward). After the timing, each arm compiles cold again and
 then warm (fresh Inductor caches, the plugin's decisions cached) in ``--compile-rounds``
 rounds of alternating order (default 2), and ``compile_ratio``/``warm_compile_ratio`` are
-the medians of per-round ratios to the baseline arm (one compile's time moves 10-20%). Dynamo is not reset
+the medians of per-round ratios to the baseline arm (one compile's time moves 10-20%; each
+compile starts from a collected, frozen heap, ``_compiling.own_heap``). Dynamo is not reset
 between a model's arms: the rounds call every arm again, and Dynamo keeps one cache entry per
 backend (a check fails the model if an arm compiled no frame of its own, or if anything
 recompiles while timed). Each arm's output of that first call is compared with an fp32 copy
