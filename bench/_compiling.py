@@ -16,8 +16,18 @@ import time
 import torch
 from _timing import median, plugin_backend
 
-ARMS = ("stock", "plugin", "stock_max_autotune", "plugin_max_autotune")
-BASELINE = {"plugin": "stock", "plugin_max_autotune": "stock_max_autotune"}
+ARMS = ("stock", "plugin", "stock_max_autotune", "plugin_max_autotune", "stock_again")
+# stock_again is a control with no target: stock compiled a second time, under a backend of
+# its own, so its ratio to stock is what two compiles of the same code differ by.
+BASELINE = {"plugin": "stock", "plugin_max_autotune": "stock_max_autotune", "stock_again": "stock"}
+
+
+def stock_again(gm, example_inputs):
+    """Stock Inductor (``compile_fx``, as the plugin backend calls it) under a backend of its
+    own: Dynamo keeps one cache entry per backend, so this arm compiles its own frames."""
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, example_inputs)
 
 
 def compile_fn(arm: str):
@@ -25,6 +35,8 @@ def compile_fn(arm: str):
     kwargs = {"mode": "max-autotune-no-cudagraphs"} if arm.endswith("max_autotune") else {}
     if arm.startswith("plugin"):
         kwargs["backend"] = plugin_backend()
+    elif arm == "stock_again":
+        kwargs["backend"] = stock_again
     return lambda model: torch.compile(model, **kwargs)
 
 
@@ -55,10 +67,10 @@ def routing_clock():
     side by side (``precompile_s``, ``measure.precompile``), ``measure.decide`` in all
     (``decide_s``), and within it the first call of each plugin kernel (``first_calls_s``:
     what was not compiled ahead, and the launch plan), for ``routing``: decide_s,
-    first_calls_s, precompile_s, sites, timed."""
+    first_calls_s, precompile_s, sites, timed (sites measured), precompiled (kernels compiled ahead)."""
     from inductor_mm_plugin.inductor import measure
 
-    spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0}
+    spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0, "precompiled": 0}
     decide, measure_fn, call, precompile = measure.decide, measure.measure, measure._call, measure.precompile
 
     def clocked(fn, field, count=None):
@@ -73,7 +85,16 @@ def routing_clock():
 
         return run
 
-    timed_precompile, timed_decide = clocked(precompile, "precompile_s"), clocked(decide, "decide_s", "sites")
+    timed_decide = clocked(decide, "decide_s", "sites")
+
+    def counted_precompile(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            n = precompile(*args, **kwargs)
+            spent["precompiled"] += n
+            return n
+        finally:
+            spent["precompile_s"] += time.perf_counter() - t0
 
     def counted_measure(*args, **kwargs):
         spent["timed"] += 1
@@ -94,7 +115,7 @@ def routing_clock():
         return run
 
     measure.decide, measure.measure, measure._call = timed_decide, counted_measure, first_call_timed
-    measure.precompile = timed_precompile
+    measure.precompile = counted_precompile
     try:
         yield spent
     finally:
@@ -147,12 +168,13 @@ def own_heap():
         gc.unfreeze()
 
 
-def compile_once(client, arm: str, device: str, cold: bool) -> tuple[float, dict]:
+def compile_once(client, arm: str, device: str, cold: bool) -> tuple[float, dict, dict]:
     """One more compile of the arm, with fresh Inductor and Triton caches. ``cold``: the
     plugin's decisions and kernels forgotten too (``cold_plugin``), as in the first compile;
     else its decisions are cached (measure.py keeps them in memory and on disk), which is
-    what a user pays once the sites were measured. Returns the seconds and where they went:
-    Dynamo's and Inductor's timed phases (they nest) and the routing pass's clock."""
+    what a user pays once the sites were measured. Returns the seconds, where they went
+    (Dynamo's and Inductor's timed phases, which nest, and the routing pass's seconds), and the
+    routing clock with its counts (``routing_clock``: did this compile time or compile any site?)."""
     from inductor_mm_plugin.inductor import compat
 
     torch._dynamo.reset()  # also clears the phase timers
@@ -165,20 +187,22 @@ def compile_once(client, arm: str, device: str, cold: bool) -> tuple[float, dict
         seconds = time.perf_counter() - t0
     phases = compat.compile_phase_seconds()
     phases.update({f"routing.{k}": v for k, v in spent.items() if k.endswith("_s")})
-    return seconds, phases
+    return seconds, phases, dict(spent)
 
 
-def compile_rounds(client, arms: list[str], device: str, n: int, cold: bool, flip: bool) -> tuple[dict, dict]:
+def compile_rounds(client, arms: list[str], device: str, n: int, cold: bool, flip: bool) -> tuple[dict, dict, dict]:
     """arm -> compile times over ``n`` rounds, the arms' order alternating round by round (one
     compile's time moves by 10-20% from run to run: single compiles of the same code on the
-    H200 read 0.89-1.24x of each other); and arm -> each round's phases (``compile_once``)."""
-    times, phases = {arm: [] for arm in arms}, {arm: [] for arm in arms}
+    H200 read 0.89-1.24x of each other); arm -> each round's phases, and each round's routing
+    clock (``compile_once``)."""
+    times, phases, routing = ({arm: [] for arm in arms} for _ in range(3))
     for i in range(n):
         for arm in arms[::-1] if (i + flip) % 2 else arms:
-            seconds, where = compile_once(client, arm, device, cold)
+            seconds, where, clock = compile_once(client, arm, device, cold)
             times[arm].append(seconds)
             phases[arm].append(where)
-    return times, phases
+            routing[arm].append({k: round(v, 2) for k, v in clock.items()})
+    return times, phases, routing
 
 
 def median_phases(rounds: list[dict], top: int = 16) -> dict:
@@ -227,13 +251,19 @@ def compile_ratio(row: dict, base: dict, kind: str = "") -> float:
 def timed_compiles(rows: list[dict], client, arms: list[str], device: str, n: int, flip: bool, warm: bool,
                    name: str) -> None:  # fmt: skip
     """The compile rounds after a model's timing (``n`` in all: the first compile was cold),
-    added to its ``rows`` (``add_compile_rounds``, ``cold_phases_s``/``warm_phases_s``), and
+    added to its ``rows`` (``add_compile_rounds``, ``cold_phases_s``/``warm_phases_s``, and the
+    plugin arms' ``cold_routing_rounds``/``warm_routing_rounds``), and
     the plugin arm's largest gaps over its baseline's printed. Each compile resets Dynamo,
     which drops the arms' compiled code."""
-    cold, cold_phases = compile_rounds(client, arms, device, n - 1, cold=True, flip=not flip)
-    warm_times, warm_phases = compile_rounds(client, arms, device, n, cold=False, flip=flip) if warm else ({}, {})
+    cold, cold_phases, cold_routing = compile_rounds(client, arms, device, n - 1, cold=True, flip=not flip)
+    warm_times, warm_phases, warm_routing = (compile_rounds(client, arms, device, n, cold=False, flip=flip)
+                                             if warm else ({}, {}, {}))  # fmt: skip
     add_compile_rounds(rows, cold, warm_times)
     by_arm = {row["arm"]: row for row in rows}
+    for kind, routing in (("cold", cold_routing), ("warm", warm_routing)):
+        for arm, rounds_of in routing.items():
+            if arm.startswith("plugin") and rounds_of:
+                by_arm[arm][f"{kind}_routing_rounds"] = rounds_of
     for kind, phases in (("cold", cold_phases), ("warm", warm_phases)):
         for arm, rounds_of in phases.items():
             if rounds_of:
