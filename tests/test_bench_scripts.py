@@ -125,15 +125,17 @@ def test_models_compile_rounds_alternate_and_ratios_are_per_round(monkeypatch):
     def compile_once(client, arm, device, cold):
         order.append((arm, cold))
         t = next(seconds)
-        return t, {"compile_fx_inner": t / 2}
+        return t, {"compile_fx_inner": t / 2}, {"timed": int(t) % 2, "precompile_s": t / 10}
 
     monkeypatch.setattr(_compiling, "compile_once", compile_once)
-    cold, cold_phases = _compiling.compile_rounds(None, ["stock", "plugin"], "cpu", 2, cold=True, flip=True)
+    cold, cold_phases, cold_routing = _compiling.compile_rounds(None, ["stock", "plugin"], "cpu", 2, cold=True, flip=True)
     assert order == [("plugin", True), ("stock", True), ("stock", True), ("plugin", True)]
     assert cold == {"stock": [13.0, 12.0], "plugin": [10.0, 11.0]}
     assert cold_phases["plugin"] == [{"compile_fx_inner": 5.0}, {"compile_fx_inner": 5.5}]
     assert _compiling.median_phases(cold_phases["plugin"]) == {"compile_fx_inner": 5.25}
-    warm, _ = _compiling.compile_rounds(None, ["stock", "plugin"], "cpu", 1, cold=False, flip=False)
+    # Each round's routing clock, rounded, in the order of the rounds.
+    assert cold_routing["plugin"] == [{"timed": 0, "precompile_s": 1.0}, {"timed": 1, "precompile_s": 1.1}]
+    warm, _, _ = _compiling.compile_rounds(None, ["stock", "plugin"], "cpu", 1, cold=False, flip=False)
     assert warm == {"stock": [9.0], "plugin": [12.0]} and order[-2:] == [("stock", False), ("plugin", False)]
     rows = [dict(arm="stock", compile_s=8.0), dict(arm="plugin", compile_s=16.0)]
     _compiling.add_compile_rounds(rows, cold, warm)
