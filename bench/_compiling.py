@@ -124,25 +124,35 @@ def routing_clock():
 
 
 
-@contextlib.contextmanager
-def cold_plugin():
-    """Forget what the plugin learned in this process (``inductor_mm_plugin.reset()``: launch
-    plans, routing decisions) and the in-memory caches of its Triton kernels (their disk cache
-    is new per compile already, ``fresh_cache``), and give the block a routing cache folder of
-    its own: a cold compile compiles and measures every site anew. The folder stays after the
-    block, and so do the decisions made in it, for the warm compiles that follow."""
-    import tempfile
-
-    import inductor_mm_plugin
+def forget_kernels() -> None:
+    """Drop the plugin's launch plans and the in-memory caches of its Triton kernels (their
+    disk cache is new per compile already, ``fresh_cache``): its next call compiles its
+    kernels anew, as stock's compile compiles Inductor's."""
+    from inductor_mm_plugin import runtime
     from triton.runtime.jit import JITFunction
 
-    inductor_mm_plugin.reset()
+    runtime.clear_plans()
     for mod_name, mod in list(sys.modules.items()):
         if mod_name.startswith("inductor_mm_plugin") and mod is not None:
             for obj in list(vars(mod).values()):
                 caches = getattr(obj, "device_caches", None) if isinstance(obj, JITFunction) else None
                 if caches is not None:
                     caches.clear()
+
+
+@contextlib.contextmanager
+def cold_plugin():
+    """Forget what the plugin learned in this process (``inductor_mm_plugin.reset()``: launch
+    plans, routing decisions) and its compiled kernels (``forget_kernels``), and give the block
+    a routing cache folder of its own: a cold compile compiles and measures every site anew.
+    The folder stays after the block, and so do the decisions made in it, for the warm
+    compiles that follow."""
+    import tempfile
+
+    import inductor_mm_plugin
+
+    inductor_mm_plugin.reset()
+    forget_kernels()
     old = os.environ.get("INDUCTOR_MM_PLUGIN_CACHE_DIR")
     os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="models-routing-")
     try:
@@ -152,6 +162,21 @@ def cold_plugin():
             os.environ.pop("INDUCTOR_MM_PLUGIN_CACHE_DIR", None)
         else:
             os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = old
+
+
+def forgotten(arm: str, cold: bool):
+    """What a plugin arm's compile starts without: everything (``cold_plugin``) or, warm, its
+    compiled kernels only (``forget_kernels``), the decisions kept. A stock arm's compile
+    leaves the plugin alone: a stock compile that reset it once made the plugin's next warm
+    compile measure every site again (llama-decode's first warm round, at 9f920f7)."""
+    if not arm.startswith("plugin"):
+        return contextlib.nullcontext()
+    if cold:
+        return cold_plugin()
+    forget_kernels()
+    return contextlib.nullcontext()
+
+
 
 
 @contextlib.contextmanager
@@ -169,16 +194,17 @@ def own_heap():
 
 
 def compile_once(client, arm: str, device: str, cold: bool) -> tuple[float, dict, dict]:
-    """One more compile of the arm, with fresh Inductor and Triton caches. ``cold``: the
-    plugin's decisions and kernels forgotten too (``cold_plugin``), as in the first compile;
-    else its decisions are cached (measure.py keeps them in memory and on disk), which is
-    what a user pays once the sites were measured. Returns the seconds, where they went
+    """One more compile of the arm, with fresh Inductor and Triton caches. A plugin arm
+    compiles its kernels anew either way; ``cold``: its decisions are forgotten too
+    (``cold_plugin``), as in the first compile; else they are cached (measure.py keeps them
+    in memory and on disk), which is what a user pays once the sites were measured
+    (``forgotten``). Returns the seconds, where they went
     (Dynamo's and Inductor's timed phases, which nest, and the routing pass's seconds), and the
     routing clock with its counts (``routing_clock``: did this compile time or compile any site?)."""
     from inductor_mm_plugin.inductor import compat
 
     torch._dynamo.reset()  # also clears the phase timers
-    with fresh_cache(), cold_plugin() if cold else contextlib.nullcontext(), routing_clock() as spent, own_heap():
+    with fresh_cache(), forgotten(arm, cold), routing_clock() as spent, own_heap():
         t0 = time.perf_counter()
         step = client.arm(compile_fn(arm))
         step()

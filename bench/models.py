@@ -30,7 +30,8 @@ order alternates between models, and a throwaway compile of a small MLP comes fi
 neither arm pays the process's first-compile costs; the plugin's routing decisions and
 kernels forgotten too): ``compile_s`` is the wall time of the first call, which compiles (the
 training step: forward and backward). After the timing, each arm compiles cold again and
-then warm (fresh Inductor caches, the plugin's decisions cached) in ``--compile-rounds``
+then warm (fresh Inductor and Triton caches, the plugin's decisions cached and its kernels
+compiled anew, as stock compiles Inductor's; ``_compiling.forgotten``) in ``--compile-rounds``
 rounds of alternating order (default 2), and ``compile_ratio``/``warm_compile_ratio`` are
 the medians of per-round ratios to the baseline arm (one compile's time moves 10-20%; each
 compile starts from a collected, frozen heap, ``_compiling.own_heap``). Dynamo is not reset
@@ -77,7 +78,7 @@ import torch
 import torch.nn.functional as F
 from inductor_mm_plugin.comparison.profile import site_key
 from _compiling import (
-    ARMS, BASELINE, cold_plugin, compile_fn, compile_ratio, fresh_cache, own_heap, routing_clock, timed_compiles,
+    ARMS, BASELINE, compile_fn, compile_ratio, forgotten, fresh_cache, own_heap, routing_clock, timed_compiles,
     warm_up_compilers,
 )  # fmt: skip
 from _timing import (
@@ -272,7 +273,7 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
     for arm in arms[::-1] if order_flip else arms:
         frames = frames_compiled()
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        with fresh_cache(), cold_plugin(), record_sites() as sites, routing_clock() as spent, own_heap():
+        with fresh_cache(), forgotten(arm, cold=True), record_sites() as sites, routing_clock() as spent, own_heap():
             t0 = time.perf_counter()
             step = client.arm(compile_fn(arm))
             out = step()  # compiles

@@ -2,6 +2,7 @@
 kept out of the timing, two versions of the package in one process (ab.py), the model
 clients (models.py). No timing is checked here, only the bookkeeping around it."""
 
+import importlib
 import os
 import pathlib
 import statistics
@@ -188,6 +189,46 @@ def test_models_cold_plugin_forgets_before_and_keeps_what_the_block_learned(monk
         measure._MEMORY["made"] = "a decision of this compile"
     assert os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] == str(tmp_path)
     assert measure._MEMORY.pop("made") == "a decision of this compile" and os.path.isdir(folder)
+
+
+def test_models_a_stock_compile_leaves_the_plugin_alone_and_a_warm_one_keeps_its_decisions(monkeypatch):
+    """A stock arm's compile, cold or warm, forgets nothing of the plugin's (a reset there made
+    the plugin's next warm compile measure every site again); a warm plugin compile forgets
+    the plugin's plans and compiled kernels but keeps its decisions."""
+    from inductor_mm_plugin import runtime
+    from inductor_mm_plugin.inductor import measure
+
+    forgot = []
+    monkeypatch.setattr(_compiling, "forget_kernels", lambda: forgot.append("kernels"))
+    monkeypatch.setattr(runtime, "clear_plans", lambda: forgot.append("plans"))
+    measure._MEMORY["kept"] = "a decision"
+    for cold in (True, False):
+        with _compiling.forgotten("stock", cold), _compiling.forgotten("stock_again", cold):
+            pass
+    assert forgot == [] and measure._MEMORY["kept"] == "a decision"
+    with _compiling.forgotten("plugin", cold=False):
+        assert forgot == ["kernels"] and measure._MEMORY["kept"] == "a decision"
+    with _compiling.forgotten("plugin_max_autotune", cold=True):
+        assert "kept" not in measure._MEMORY and forgot[-1] == "kernels"
+
+
+def _a_kernel(x):
+    pass
+
+
+def test_models_forget_kernels_drops_plans_and_compiled_kernels(monkeypatch):
+    import types
+
+    from triton.runtime.jit import JITFunction
+
+    launch_mod = importlib.import_module("inductor_mm_plugin.runtime.launch")  # runtime.launch is also a function
+    kernel = JITFunction(_a_kernel)  # a GPU kernel object, whether or not the interpreter runs the tests
+    kernel.device_caches.update({0: "device 0's compiled kernels"})  # (a defaultdict: [0] needs a GPU driver)
+    monkeypatch.setitem(sys.modules, "inductor_mm_plugin._kernels_of_a_test", types.SimpleNamespace(k=kernel))
+    monkeypatch.setitem(launch_mod._PLANS, "a signature", "its plan")
+    monkeypatch.setitem(launch_mod._FAST_PLANS, "a signature", "its plan")
+    _compiling.forget_kernels()
+    assert not launch_mod._PLANS and not launch_mod._FAST_PLANS and not kernel.device_caches
 
 
 def test_sweep_selector_fit_recovers_each_configs_time_model_and_resumes(tmp_path):
