@@ -212,6 +212,20 @@ def test_models_a_stock_compile_leaves_the_plugin_alone_and_a_warm_one_keeps_its
         assert "kept" not in measure._MEMORY and forgot[-1] == "kernels"
 
 
+def test_models_routing_clock_counts_what_a_compile_timed_and_compiled(monkeypatch):
+    from inductor_mm_plugin.inductor import measure
+
+    monkeypatch.setattr(measure, "precompile", lambda sites: len(sites))
+    monkeypatch.setattr(measure, "compile_routed", lambda sites: len(sites) - 1)
+    monkeypatch.setattr(measure, "measure", lambda *args, **kwargs: "timed")
+    with _compiling.routing_clock() as spent:
+        measure.precompile([1, 2, 3])
+        measure.compile_routed([1, 2])
+        measure.measure("mm")
+    assert (spent["precompiled"], spent["behind"], spent["timed"]) == (3, 1, 1) and spent["precompile_s"] >= 0
+    assert measure.compile_routed([1, 2]) == 1 and measure.measure() == "timed"  # put back as they were
+
+
 def _a_kernel(x):
     pass
 

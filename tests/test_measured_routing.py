@@ -373,6 +373,32 @@ def test_precompiled_sites_are_timed_without_compiling_again(tmp_path, monkeypat
     assert len(_compiled_kernels()) == len(compiled)
 
 
+@pytest.mark.gpu
+def test_routed_sites_compiled_behind_are_what_their_first_calls_launch(monkeypatch, fresh_state):
+    """The background compile of routed sites (``compile_routed``) compiles and loads the
+    kernels that the ops' first calls on such operands launch: those calls compile nothing."""
+    inductor_mm_plugin.runtime.clear_plans()
+    dev, dt = "cuda", torch.bfloat16
+    w = torch.randn(389, 200, device=dev, dtype=dt)
+    sites = [("mm", [torch.randn(100, 200, device=dev, dtype=dt), w.t()], 1, 1, True),
+             ("addmm", [torch.randn(389, device=dev, dtype=dt), torch.randn(100, 200, device=dev, dtype=dt), w.t()],
+              1, 1, True),
+             ("mm", [torch.randn(48, 1024, device=dev, dtype=dt), torch.randn(1024, 3072, device=dev, dtype=dt)], 1, 1,
+              False)]  # fmt: skip
+    before = len(_compiled_kernels())
+    with measure.compat.inductor_config.patch(compile_threads=4):
+        assert measure.compile_routed(sites) == len(sites)
+    first = True
+    for op, vals, alpha, beta, graphs in sites:  # the ops on operands of the sites' layouts
+        out = getattr(inductor_mm_plugin, op)(*vals)  # the first waits for the background compiles
+        if first:
+            compiled, first = _compiled_kernels(), False
+            assert len(compiled) > before and all(k.module is not None for k in compiled)
+        ref = getattr(torch, op)(*[v.double() for v in vals]).to(dt)
+        torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+    assert len(_compiled_kernels()) == len(compiled)
+
+
 def test_compile_calls_leaves_a_failing_call_to_its_first_real_call(monkeypatch, caplog):
     """A call that cannot be compiled ahead is logged and not counted; the others still are."""
     import importlib
@@ -389,3 +415,57 @@ def test_compile_calls_leaves_a_failing_call_to_its_first_real_call(monkeypatch,
     with caplog.at_level("DEBUG", logger=launch_module.__name__):
         assert launch_module.compile_calls(calls, workers=2) == 1
     assert "compiling (3, 4)" in caplog.text and "no kernel for this one" in caplog.text
+
+
+def test_compile_behind_returns_at_once_and_the_first_call_waits_for_it(monkeypatch):
+    """The routed sites' kernels compile in the background while Inductor compiles on; the
+    ops' first call of a signature waits for them (no kernel compiled twice at once), and a
+    compile that fails there is quiet: the call compiles and runs as it always did."""
+    import importlib
+    import threading
+
+    launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")  # runtime.launch is a function too
+    started, release, finished = threading.Event(), threading.Event(), []
+
+    def slow(a, b, out, bias=None, beta=1, alpha=1):
+        started.set()
+        assert release.wait(30)
+        finished.append(a.shape)
+        if a.shape[0] == 3:
+            raise RuntimeError("no kernel for this one")
+        return True
+
+    monkeypatch.setattr(launch_module, "_compile_call", slow)
+    calls = [(x_of(3, 4), x_of(4, 5), x_of(3, 5), None, 1, 1), (x_of(2, 4), x_of(4, 5), x_of(2, 5), None, 1, 1)]
+    assert launch_module.compile_behind(calls, workers=2) == 2
+    assert started.wait(30) and finished == []  # returned while the compiles run
+    threading.Timer(1.0, release.set).start()  # longer than the interpreted call below takes
+    a, b = x_of(6, 4), x_of(4, 5)
+    out = inductor_mm_plugin.mm(a, b)  # a first call: waits for both, then runs
+    assert sorted(finished) == [(2, 4), (3, 4)] and not launch_module._BEHIND
+    torch.testing.assert_close(out, (a.double() @ b.double()).to(out.dtype), atol=1e-4, rtol=1e-4)
+    assert launch_module.compile_behind([], workers=4) == 0
+
+
+def test_compile_routed_hands_each_cuda_signature_over_once(monkeypatch, fresh_state):
+    """Routed extern sites go to the background compile once per signature, on operands of
+    their own layout (a transposed weight stays transposed); symbolic or non-CUDA ones never."""
+    behind = []
+    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_behind",
+                        lambda calls, workers: behind.append((calls, workers)) or len(calls))  # fmt: skip
+    monkeypatch.setattr(measure, "_on_cuda", lambda vals: vals[-1].shape[-1] != 7)  # N = 7: a CPU site
+    weight = x_of(32, 16)
+    sites = [("mm", [x_of(8, 16), weight.t()], 1, 1, True), ("mm", [x_of(8, 16), weight.t()], 1, 1, True),
+             ("mm", [x_of(8, 16), x_of(16, 7)], 1, 1, True),
+             ("addmm", [x_of(32), x_of(8, 16), weight.t()], 1, 1, False)]  # fmt: skip
+    with measure.compat.inductor_config.patch(compile_threads=3):
+        assert measure.compile_routed(sites) == 2
+        assert measure.compile_routed([]) == 0 and len(behind) == 1
+    (calls, workers), = behind
+    assert workers == 3
+    (a, b, out, bias, _, _), (a2, b2, out2, bias2, _, _) = calls
+    assert bias is None and tuple(bias2.shape) == (32,)
+    for x, w, o in ((a, b, out), (a2, b2, out2)):
+        assert (x.shape, w.shape, w.stride(), o.shape) == ((8, 16), (16, 32), (1, 16), (8, 32))
+    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_behind", lambda calls, workers: 1 / 0)
+    assert measure.compile_routed(sites) == 0  # compiling ahead only saves time

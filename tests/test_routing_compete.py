@@ -61,7 +61,7 @@ def _relu_after(graph, mm):
 @pytest.fixture
 def measured_as(monkeypatch):
     """Measuring a site answers ``ratio`` (aten time / plugin time) in every round."""
-    state = {"ratio": 1.2, "calls": 0}
+    state = {"ratio": 1.2, "calls": 0, "behind": []}
 
     def fake(key, op, vals, alpha, beta, graphs):
         state["calls"] += 1
@@ -69,6 +69,7 @@ def measured_as(monkeypatch):
 
     monkeypatch.setattr(measure, "cached_or_measure", fake)
     monkeypatch.setattr(measure, "precompile", lambda sites: 0)  # nothing real to compile ahead
+    monkeypatch.setattr(measure, "compile_routed", lambda sites: state["behind"].extend(sites) or len(sites))
     return state
 
 
@@ -102,6 +103,12 @@ def test_compete_marks(measured_as, compete, ratio, expect):
         got.append((True, decision.compete.value if decision.compete else None, decision.epilogue))
     assert got == expect
     assert measured_as["calls"] == (2 if compete == "auto" else 0)  # CUDA sites under "auto" only
+    # The routed CUDA sites that run the extern kernel have it compiled in the background; a
+    # template site (competing, or with an epilogue to fuse) is compiled by Inductor.
+    extern = [e for (device, _), e in zip(SITES, expect) if device == "cuda" and e[0] and e[1:] == (None, False)]
+    assert len(measured_as["behind"]) == len(extern)
+    for op, vals, alpha, beta, graphs in measured_as["behind"]:
+        assert op == "mm" and [tuple(v.shape) for v in vals] == [(1024, 128), (128, 512)] and vals[0].is_cuda
 
 
 def test_compete_auto_keeps_symbolic_sizes_on_stock(measured_as):

@@ -218,17 +218,10 @@ def _sure(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool):
 def precompile(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]) -> int:
     """Compile the plugin kernels of the CUDA sites that ``decide`` will time (``sites``: op,
     vals, alpha, beta, graphs each) side by side in threads before any is timed, on operands
-    built as ``measure`` builds them (the same plans and specializations), so that timing them
-    one by one finds each compiled: a cold compile of the decode step spent 2.7 s compiling its
-    sites' kernels one after another. Returns how many were compiled."""
-    todo = {}
-    for op, vals, alpha, beta, graphs in sites:
-        if not _on_cuda(vals):
-            continue
-        key = signature(op, vals, alpha, beta, graphs)
-        if key is None or key in todo or _sure(op, vals, alpha, beta, graphs) or _cached(key, vals, graphs):
-            continue
-        todo[key] = (op, layouts(vals), vals[-1].dtype, vals[-1].device, alpha, beta)
+    laid out as ``measure`` lays them out (the same plans and specializations), so that timing
+    them one by one finds each compiled: a cold compile of the decode step spent 2.7 s
+    compiling its sites' kernels one after another. Returns how many were compiled."""
+    todo = _distinct(sites, skip=lambda key, site: _sure(*site) is not None or _cached(key, site[1], site[4]) is not None)
     workers = min(len(todo), int(compat.inductor_config.compile_threads or 1))
     if workers < 2:
         return 0  # nothing to overlap: the first timed call compiles
@@ -236,16 +229,56 @@ def precompile(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]
 
     try:
         with compat.unset_fake_temporarily(), torch.no_grad():
-            calls = []
-            for op, operands, dtype, device, alpha, beta in todo.values():
-                args = [benchmarking.operand(*layout, dtype, device) for layout in operands]
-                out = torch.empty(_out_shape(operands), dtype=dtype, device=device)
-                bias, (a, b) = (args[0], args[1:]) if op == "addmm" else (None, args)
-                calls.append((a, b, out, bias, beta, alpha))
-            return compile_calls(calls, workers)
+            return compile_calls(_compile_args(todo), workers)
     except Exception:  # noqa: BLE001 (compiling ahead only saves time: the timing compiles and reports)
         log.info("compiling %d sites' kernels ahead failed; each compiles when it is timed", len(todo), exc_info=True)
         return 0
+
+
+def compile_routed(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]) -> int:
+    """Start compiling the plugin kernels of the CUDA sites routed to the extern kernel, in the
+    background (``runtime.compile_behind``), and return: they compile while Inductor compiles
+    the rest of the graph, where otherwise the compiled graph's first call would compile them
+    one after another (a compile whose decisions were cached times nothing, so nothing
+    compiled them before). Kernels this process compiled already are found in Triton's cache
+    at once. Returns how many sites were started."""
+    todo = _distinct(sites)
+    if not todo:
+        return 0
+    from ..runtime import compile_behind
+
+    try:
+        with compat.unset_fake_temporarily(), torch.no_grad():
+            return compile_behind(_compile_args(todo), max(1, int(compat.inductor_config.compile_threads or 1)))
+    except Exception:  # noqa: BLE001 (see precompile)
+        log.info("compiling %d routed sites' kernels ahead failed; each compiles at its first call", len(todo),
+                 exc_info=True)  # fmt: skip
+        return 0
+
+
+def _distinct(sites, skip=lambda key, site: False) -> dict:
+    """Signature -> (op, layouts, dtype, device, alpha, beta) of the CUDA sites with static
+    layouts, one per signature, but those ``skip(signature, site)`` names."""
+    todo = {}
+    for site in sites:
+        op, vals, alpha, beta, graphs = site
+        key = signature(op, vals, alpha, beta, graphs) if _on_cuda(vals) else None
+        if key is not None and key not in todo and not skip(key, site):
+            todo[key] = (op, layouts(vals), vals[-1].dtype, vals[-1].device, alpha, beta)
+    return todo
+
+
+def _compile_args(todo: dict) -> list[tuple]:
+    """``runtime.compile_calls``' calls for ``_distinct``'s sites (outside fake mode):
+    operands built as ``measure`` builds them, so the calls plan and specialize as its timed
+    calls do."""
+    calls = []
+    for op, operands, dtype, device, alpha, beta in todo.values():
+        args = [benchmarking.operand(*layout, dtype, device) for layout in operands]
+        out = torch.empty(_out_shape(operands), dtype=dtype, device=device)
+        bias, (a, b) = (args[0], args[1:]) if op == "addmm" else (None, args)
+        calls.append((a, b, out, bias, beta, alpha))
+    return calls
 
 
 def _on_cuda(vals: list[torch.Tensor]) -> bool:

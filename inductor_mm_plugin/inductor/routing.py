@@ -239,6 +239,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     measure.precompile([_measured_site(n) for n in timed])
     done = set()
     records = []
+    extern = []  # the routed CUDA sites that run the plugin's extern kernel: compiled behind
     for node, site, (routed, reason) in zip(nodes, sites, decisions):
         compete, measured = None, None
         if node in fused:
@@ -261,6 +262,8 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
                 timed_form = measured is not None or options.plan is not None
                 epilogue = site.op != "bmm" and not timed_form and feeds_pointwise(node)
                 compete = Compete.ALL if options.compete is True and options.plan is None else None
+                if compete is None and not epilogue and _on_cuda(node):
+                    extern.append(_measured_site(node))
                 _replace(graph, node, site, compete, epilogue)
                 why = f"; {measured.describe()}" if measured else "; competes with aten (compete=True)" if compete else ""
                 log_decision("routed %s%s", site, why)
@@ -272,6 +275,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
         records.append(record)
         publish(record)
     graph.lint()
+    measure.compile_routed(extern)
     return records
 
 

@@ -11,7 +11,8 @@
 
 The ops (``ops/``) call ``mm_launch``/``addmm_launch``/``bmm_launch``; benchmarks and tests
 use ``launch`` (a forced ``config``, ``compile_only``), ``candidates_for``, ``chosen_config``
-and ``clear_plans``; the routing pass compiles the sites it will time with ``compile_calls``.
+and ``clear_plans``; the routing pass compiles the sites it will time with ``compile_calls``,
+and those it routed with ``compile_behind`` (in the background, while Inductor compiles on).
 """
 
 from .checks import SUPPORTED_DTYPES, KernelFallbackWarning, kernel_unsupported_reason
@@ -21,6 +22,7 @@ from .launch import (
     candidates_for,
     chosen_config,
     clear_plans,
+    compile_behind,
     compile_calls,
     launch,
     mm_launch,
@@ -31,6 +33,6 @@ from .layout import input_precision, pointer_kernel_reason, tf32_enabled
 
 __all__ = [
     "SUPPORTED_DTYPES", "KernelFallbackWarning", "addmm_launch", "bmm_launch", "candidates_for", "chosen_config",
-    "clear_plans", "compile_calls", "input_precision", "kernel_unsupported_reason", "launch",
+    "clear_plans", "compile_behind", "compile_calls", "input_precision", "kernel_unsupported_reason", "launch",
     "mm_launch", "pointer_kernel_reason", "set_autotune", "tf32_enabled", "warmup",
 ]  # fmt: skip

@@ -69,7 +69,9 @@ _MAX_PLANS = 8192
 
 
 def clear_plans() -> None:
-    """Drop every launch plan: the next call of each signature plans again."""
+    """Drop every launch plan: the next call of each signature plans again (after the
+    kernels compiling in the background, which would plan, are done)."""
+    join_behind()
     _PLANS.clear()
     _FAST_PLANS.clear()
 
@@ -312,6 +314,8 @@ def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha).contiguous()
     res = a.new_empty((*a.shape[:-1], b.shape[-1])) if out is None else out
     if res.numel():
+        if _BEHIND:
+            join_behind()  # this call's kernel may be one of them
         expanded = None if bias is None else bias.expand(res.shape)
         plan = launch(a, b, res, expanded, beta, alpha)
         if key is not None and plan.compiled is not None:
@@ -339,17 +343,49 @@ def compile_calls(calls: list[tuple], workers: int) -> int:
     compiled."""
     for device in {call[0].device for call in calls}:
         ready_for_threads(device)
-
-    def one(call) -> bool:
-        try:
-            with torch.no_grad():
-                return _compile_call(*call)
-        except Exception:  # noqa: BLE001 (see the docstring)
-            log.debug("compiling %s ahead failed; its first call will compile it", _describe(call), exc_info=True)
-            return False
-
     with concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="inductor_mm_plugin") as pool:
-        return sum(pool.map(one, calls))
+        return sum(pool.map(_compile_quietly, calls))
+
+
+# Kernels compiling in background threads (compile_behind); the ops' first call of a
+# signature waits for them all, so no kernel is compiled twice, in two threads at once.
+_BEHIND: list[concurrent.futures.Future] = []
+_BEHIND_LOCK = threading.Lock()
+
+
+def compile_behind(calls: list[tuple], workers: int) -> int:
+    """Start compiling the kernels of ``calls`` (``_compile_call``'s arguments) in up to
+    ``workers`` background threads, and return at once: the routing pass hands over the
+    sites it routed, so that their kernels compile while Inductor compiles the rest of the
+    graph, not one after another at the compiled graph's first call. Returns how many started."""
+    if not calls:
+        return 0
+    for device in {call[0].device for call in calls}:
+        ready_for_threads(device)
+    pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(calls))),
+                                                 thread_name_prefix="inductor_mm_plugin-behind")  # fmt: skip
+    futures = [pool.submit(_compile_quietly, call) for call in calls]
+    pool.shutdown(wait=False)  # the threads end when their calls are compiled
+    with _BEHIND_LOCK:
+        _BEHIND.extend(futures)
+    return len(futures)
+
+
+def join_behind() -> None:
+    """Wait for the kernels compiling in the background (``compile_behind``)."""
+    with _BEHIND_LOCK:
+        futures = _BEHIND[:]
+        _BEHIND.clear()
+    concurrent.futures.wait(futures)
+
+
+def _compile_quietly(call) -> bool:
+    try:
+        with torch.no_grad():
+            return _compile_call(*call)
+    except Exception:  # noqa: BLE001 (compiling ahead only saves time: the first real call compiles and raises)
+        log.debug("compiling %s ahead failed; its first call will compile it", _describe(call), exc_info=True)
+        return False
 
 
 def _describe(call) -> str:
