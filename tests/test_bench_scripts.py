@@ -8,6 +8,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -212,17 +213,25 @@ def test_models_a_stock_compile_leaves_the_plugin_alone_and_a_warm_one_keeps_its
         assert "kept" not in measure._MEMORY and forgot[-1] == "kernels"
 
 
+def x_of(*shape):
+    return torch.randn(*shape)
+
+
 def test_models_routing_clock_counts_what_a_compile_timed_and_compiled(monkeypatch):
     from inductor_mm_plugin.inductor import measure
 
     monkeypatch.setattr(measure, "precompile", lambda sites: len(sites))
     monkeypatch.setattr(measure, "compile_routed", lambda sites: len(sites) - 1)
     monkeypatch.setattr(measure, "measure", lambda *args, **kwargs: "timed")
+    launch = importlib.import_module("inductor_mm_plugin.runtime.launch")
+    monkeypatch.setattr(launch, "_compile_call", lambda *call: time.sleep(0.01 * len(call)) or True)
     with _compiling.routing_clock() as spent:
         measure.precompile([1, 2, 3])
         measure.compile_routed([1, 2])
         measure.measure("mm")
+        launch.compile_calls([(x_of(2, 3), x_of(3, 2), x_of(2, 2)), (x_of(2, 3), x_of(3, 2), x_of(2, 2), None, 1)], 2)
     assert (spent["precompiled"], spent["behind"], spent["timed"]) == (3, 1, 1) and spent["precompile_s"] >= 0
+    assert spent["kernel_compiles"] == 2 and 0.04 <= spent["kernel_compile_max_s"] < spent["kernel_compile_sum_s"]
     assert measure.compile_routed([1, 2]) == 1 and measure.measure() == "timed"  # put back as they were
 
 
