@@ -274,12 +274,14 @@ def phase_gaps(ours: dict, theirs: dict, n: int = 5) -> str:
 
 
 def add_compile_rounds(rows: list[dict], cold: dict, warm: dict) -> None:
-    """Each row gets its compile times by round (``compile_s_rounds``: the first compile, then
-    ``cold``'s; ``warm_compile_s_rounds`` and their median ``warm_compile_s``), and a row with a
-    baseline the medians of its per-round ratios to it (``compile_ratio``, ``warm_compile_ratio``)."""
+    """Each row gets its compile times by round (``compile_s_rounds``, ``cold``'s, and their
+    median ``compile_s``; ``warm_compile_s_rounds`` and their median ``warm_compile_s``), and a
+    row with a baseline the medians of its per-round ratios to it (``compile_ratio``,
+    ``warm_compile_ratio``)."""
     by_arm = {row["arm"]: row for row in rows}
     for row in rows:
-        row["compile_s_rounds"] = [round(t, 2) for t in [row["compile_s"], *cold.get(row["arm"], [])]]
+        row["compile_s_rounds"] = [round(t, 2) for t in cold[row["arm"]]]
+        row["compile_s"] = median(cold[row["arm"]])
         if warm:
             row["warm_compile_s_rounds"] = [round(t, 2) for t in warm[row["arm"]]]
             row["warm_compile_s"] = median(warm[row["arm"]])
@@ -296,19 +298,19 @@ def add_compile_rounds(rows: list[dict], cold: dict, warm: dict) -> None:
 
 def compile_ratio(row: dict, base: dict, kind: str = "") -> float:
     """The arm's compile time against its baseline's: the median of per-round ratios where
-    the rows have rounds (``compile_ratio``, ``warm_compile_ratio``), else one compile's."""
+    the rows have rounds (``compile_ratio``, ``warm_compile_ratio``), else their medians'."""
     ratio = row.get(f"{kind}compile_ratio")
     return ratio if ratio is not None else row[f"{kind}compile_s"] / base[f"{kind}compile_s"]
 
 
 def timed_compiles(rows: list[dict], client, arms: list[str], device: str, n: int, flip: bool, warm: bool,
                    name: str) -> None:  # fmt: skip
-    """The compile rounds after a model's timing (``n`` in all: the first compile was cold),
-    added to its ``rows`` (``add_compile_rounds``, ``cold_phases_s``/``warm_phases_s``, and the
+    """The compile rounds after a model's timing, ``n`` cold and ``n`` warm (the first compiles
+    shared one cache dir, so they are not cold), added to its ``rows`` (``add_compile_rounds``, ``cold_phases_s``/``warm_phases_s``, and the
     plugin arms' ``cold_routing_rounds``/``warm_routing_rounds``), and
     the plugin arm's largest gaps over its baseline's printed. Each compile resets Dynamo,
     which drops the arms' compiled code."""
-    cold, cold_phases, cold_routing = compile_rounds(client, arms, device, n - 1, cold=True, flip=not flip)
+    cold, cold_phases, cold_routing = compile_rounds(client, arms, device, n, cold=True, flip=not flip)
     warm_times, warm_phases, warm_routing = (compile_rounds(client, arms, device, n, cold=False, flip=flip)
                                              if warm else ({}, {}, {}))  # fmt: skip
     add_compile_rounds(rows, cold, warm_times)

@@ -24,17 +24,23 @@ compile takes minutes, so ask for them on one or two models).
 (``compile_fx``), so its speedup over ``stock`` reads what two compiles of the same code differ
 by (Inductor picks its pointwise and reduction kernels' configs by timing them at the first call).
 
-Method. Per model, ``torch._dynamo.reset()``; then each arm compiles with cold caches (a fresh
-Inductor and Triton cache dir, ``torch._inductor.utils.fresh_cache()``; the arms' compile
-order alternates between models, and a throwaway compile of a small MLP comes first, so
-neither arm pays the process's first-compile costs; the plugin's routing decisions and
-kernels forgotten too): ``compile_s`` is the wall time of the first call, which compiles (the
-training step: forward and backward). After the timing, each arm compiles cold again and
-then warm (fresh Inductor and Triton caches, the plugin's decisions cached and its kernels
-compiled anew, as stock compiles Inductor's; ``_compiling.forgotten``) in ``--compile-rounds``
-rounds of alternating order (default 2), and ``compile_ratio``/``warm_compile_ratio`` are
-the medians of per-round ratios to the baseline arm (one compile's time moves 10-20%; each
-compile starts from a collected, frozen heap, ``_compiling.own_heap``). Dynamo is not reset
+Method. Per model, ``torch._dynamo.reset()``; then each arm compiles the model it is timed
+with (the arms' compile order alternates between models, and a throwaway compile of a small
+MLP comes first, so neither arm pays the process's first-compile costs; the plugin's routing
+decisions and kernels forgotten), all arms in one fresh Inductor and Triton cache dir
+(``torch._inductor.utils.fresh_cache()``). Inductor picks its pointwise and reduction kernels'
+configs by timing them at their first call and keeps the pick in that dir by kernel source,
+so a kernel both arms generate runs with one pick in both, and the step times differ by what
+the plugin changed, not by two picks of the same kernel (each pick is timed at a few
+microseconds). Compile time is measured apart from that: after the timing, each arm compiles
+cold (a fresh Inductor and Triton cache dir per compile; the plugin's decisions and kernels
+forgotten) and then warm (fresh dirs, the plugin's decisions cached and its kernels compiled
+anew, as stock compiles Inductor's; ``_compiling.forgotten``) in ``--compile-rounds`` rounds
+of alternating order each (default 2): ``compile_s``/``warm_compile_s`` are the medians, and
+``compile_ratio``/``warm_compile_ratio`` the medians of per-round ratios to the baseline arm
+(one compile's time moves 10-20%; each compile starts from a collected, frozen heap,
+``_compiling.own_heap``). ``first_compile_s`` is the wall time of the first call, which
+compiled (the training step: forward and backward), in the dir the arms share. Dynamo is not reset
 between a model's arms: the rounds call every arm again, and Dynamo keeps one cache entry per
 backend (a check fails the model if an arm compiled no frame of its own, or if anything
 recompiles while timed). Each arm's output of that first call is compared with an fp32 copy
@@ -48,7 +54,7 @@ for the stock arms. The routing pass's sites are recorded while the plugin arms 
 (``inductor.records.record_sites()``).
 
 Rows append to ``<out>/models.jsonl``, one per (model, arm): date, commit, gpu, torch, triton,
-model, workload, arm, ms, compile_s, compile_s_rounds, warm_compile_s(_rounds), compile_ratio,
+model, workload, arm, ms, first_compile_s, compile_s, compile_s_rounds, warm_compile_s(_rounds), compile_ratio,
 warm_compile_ratio, rounds, err, speedup, ratio_spread, routed_sites, sites, cudagraphs, shape
 (batch/tokens/layers), routing (decide_s, first_calls_s, precompile_s), sites_right, and
 ``cold_phases_s``/``warm_phases_s`` (the compile rounds' median seconds per Dynamo/Inductor phase,
@@ -261,19 +267,30 @@ def site_check(records, plugin_profile, stock_profile) -> dict:
 
 def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: int, order_flip: bool,
                 warm: bool = True, compile_n: int = 2) -> list[dict]:  # fmt: skip
-    """The rows of one model: compile each arm cold, check it, time all arms in rounds."""
-    from inductor_mm_plugin.comparison.profile import profile_step
-    from inductor_mm_plugin.inductor.records import record_sites
-
+    """The rows of one model: compile each arm, check it, time all arms in rounds; then the
+    compile rounds (``_compiling.timed_compiles``)."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     client = Client(name, device, tiny)
+    with fresh_cache():  # one dir for the arms' first compiles: one pick per kernel they share
+        rows = timed_steps(name, client, arms, device, n_rounds, order_flip)
+    timed_compiles(rows, client, arms, device, compile_n, order_flip, warm, name)
+    del client
+    return rows
+
+
+def timed_steps(name: str, client, arms: list[str], device: str, n_rounds: int, order_flip: bool) -> list[dict]:
+    """Each arm compiled and checked against the model in fp32, then the arms' steps timed in
+    rounds: the model's rows."""
+    from inductor_mm_plugin.comparison.profile import profile_step
+    from inductor_mm_plugin.inductor.records import record_sites
+
     ref = client.reference()
     steps, info = {}, {}
     for arm in arms[::-1] if order_flip else arms:
         frames = frames_compiled()
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        with fresh_cache(), forgotten(arm, cold=True), record_sites() as sites, routing_clock() as spent, own_heap():
+        with forgotten(arm, cold=True), record_sites() as sites, routing_clock() as spent, own_heap():
             t0 = time.perf_counter()
             step = client.arm(compile_fn(arm))
             out = step()  # compiles
@@ -282,8 +299,8 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
         if frames_compiled() == frames:
             raise RuntimeError(f"{name}/{arm}: the first call compiled no frame; it reused another arm's code")
         steps[arm] = step
-        info[arm] = dict(compile_s=compile_s, err=relative_error(out, ref), routed_sites=sum(s.routed for s in sites),
-                         sites=len(sites), records=list(sites))  # fmt: skip
+        info[arm] = dict(first_compile_s=compile_s, err=relative_error(out, ref), sites=len(sites),
+                         routed_sites=sum(s.routed for s in sites), records=list(sites))  # fmt: skip
         if arm.startswith("plugin"):
             info[arm]["routing"] = {k: round(v, 2) for k, v in spent.items()}
         del out
@@ -329,8 +346,6 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
                          ratio_spread=spread(rs, ".3f") if rs else "", cudagraphs=cudagraphs, shape=client.shape,
                          **info[arm]))  # fmt: skip
     del timers, steps
-    timed_compiles(rows, client, arms, device, compile_n, order_flip, warm, name)
-    del client
     return rows
 
 
@@ -426,7 +441,7 @@ def main(argv=None):
                    help="start no new model after this many seconds (the device call's limit is 600)")  # fmt: skip
     p.add_argument("--no-warm", action="store_true", help="skip the warm compiles (decisions cached) after timing")
     p.add_argument("--compile-rounds", type=int, default=2,
-                   help="cold and warm compiles per arm, in interleaved rounds (1: the first cold compile alone)")  # fmt: skip
+                   help="cold and warm compiles per arm, in interleaved rounds, after the timing")  # fmt: skip
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--tiny", action="store_true", help="tiny configs (with --device cpu: the script's logic, in ~2 min)")
     add_common_args(p, "models.jsonl", rounds=5)
