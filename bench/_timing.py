@@ -45,9 +45,12 @@ L2_BYTES = 60 * 2**20  # H200: 60 MB of L2 (torch.cuda.get_device_properties rea
 # rounds, the statistics and the CUDA graphs; these names keep the scripts short.
 
 
-def rounds(fns: dict[str, Callable], time_one: Callable[[Callable], float], n: int) -> dict[str, list[float]]:
-    """name -> the ``n`` times of ``time_one(fns[name])``, one per round, the order reversed each round."""
-    return benchmarking.interleaved({name: (lambda fn=fn: time_one(fn)) for name, fn in fns.items()}, n)
+def rounds(fns: dict[str, Callable], time_one: Callable[[Callable], float], n: int,
+           mirrored: bool = False) -> dict[str, list[float]]:  # fmt: skip
+    """name -> the ``n`` times of ``time_one(fns[name])``, one per round, the order reversed each
+    round; ``mirrored``: each round's order and then its reverse (``benchmarking.interleaved``)."""
+    return benchmarking.interleaved({name: (lambda fn=fn: time_one(fn)) for name, fn in fns.items()}, n,
+                                    mirrored=mirrored)  # fmt: skip
 
 
 def ratios(times: dict[str, list[float]], base: str, other: str) -> list[float]:

@@ -47,8 +47,10 @@ recompiles while timed). Each arm's output of that first call is compared with a
 of the model run eagerly: err = max|out - ref| / max|ref|. Then each arm's step is captured
 in a CUDA graph after warm-up (``_timing.GraphTimer``; a training step with
 ``AdamW(capturable=True)``), or, if any arm's capture fails, every arm of that model is timed
-with events around plain calls (``cudagraphs: false`` in its rows). The arms are timed in
-``--rounds`` rounds (default 5), the order reversed each round, and ``speedup`` is the
+with events around plain calls (``cudagraphs: false`` in its rows). After one round that
+warms the GPU and is discarded, the arms are timed in ``--rounds`` rounds (default 5), each
+mirrored (A B B A: an arm's time is the mean of its two, so a clock drifting within the round
+weighs on both arms alike) and the order reversed each round, and ``speedup`` is the
 median over rounds of stock ms / plugin ms (stock_max_autotune / plugin_max_autotune), 1.0
 for the stock arms. The routing pass's sites are recorded while the plugin arms compile
 (``inductor.records.record_sites()``).
@@ -330,10 +332,11 @@ def timed_steps(name: str, client, arms: list[str], device: str, n_rounds: int, 
             torch.cuda.synchronize()
             timers = steps
     frames = frames_compiled()
-    if cudagraphs:
-        times = rounds(timers, lambda timer: timer(replays=5), n_rounds)
-    else:
-        times = rounds(timers, lambda step: _events_ms(step, device), n_rounds)
+    # Mirrored rounds (A B B A), after one discarded: a prefill step's time rose 4-12% from the
+    # first round to the second as the GPU warmed, and drifts by percents within a round.
+    time_one = (lambda timer: timer(replays=5)) if cudagraphs else (lambda step: _events_ms(step, device))
+    rounds(timers, time_one, 1, mirrored=True)
+    times = rounds(timers, time_one, n_rounds, mirrored=True)
     if frames_compiled() != frames:
         raise RuntimeError(f"{name}: an arm recompiled while timed; its rounds would time compiles")
     rows = []

@@ -24,6 +24,29 @@ def test_interleaved_reverses_the_order_and_stops_when_asked():
     assert len(stopped["a"]) == len(stopped["b"]) == 2
 
 
+def test_mirrored_rounds_cancel_a_clock_drifting_within_a_round():
+    """Each round's order then its reverse: under a clock that slows by 5% a timing, per-round
+    ratios read the true ratio (1.25) exactly, where plain rounds alternate around it; any
+    number of arms."""
+    calls = []
+
+    def timer(name, base):
+        return lambda: calls.append(name) or base * (1 + 0.05 * (len(calls) - 1))
+
+    arms = {"stock": timer("stock", 5.0), "plugin": timer("plugin", 4.0), "again": timer("again", 5.0)}
+    times = benchmarking.interleaved(arms, 3, mirrored=True)
+    assert calls[:6] == ["stock", "plugin", "again", "again", "plugin", "stock"]
+    assert calls[6:12] == ["again", "plugin", "stock", "stock", "plugin", "again"]
+    assert benchmarking.ratios(times, "stock", "plugin") == pytest.approx([1.25] * 3)
+    assert benchmarking.ratios(times, "stock", "again") == pytest.approx([1.0] * 3)
+    calls.clear()
+    plain = benchmarking.ratios(benchmarking.interleaved({k: arms[k] for k in ("stock", "plugin")}, 3), "stock", "plugin")
+    assert plain[0] < 1.25 < plain[1] and plain[2] < 1.25  # the drift, in whichever arm came second
+    calls.clear()
+    stopped = benchmarking.interleaved(arms, 5, stop=lambda t: len(t["stock"]) == 2, mirrored=True)
+    assert len(calls) == 12 and all(len(v) == 2 for v in stopped.values())
+
+
 def test_statistics():
     assert benchmarking.quantile([3.0, 1.0, 2.0], 0.5) == 2.0
     assert benchmarking.quantile([1.0, 2.0], 0.2) == pytest.approx(1.2)

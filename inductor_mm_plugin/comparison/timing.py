@@ -52,7 +52,8 @@ class AB:
 
 def interleaved(stock: Callable, plugin: Callable, device: str, *, rounds: int = ROUNDS, reps: int = 20,
                 warmup: int = 5, cudagraphs: bool = True) -> AB:  # fmt: skip
-    """Time ``stock`` and ``plugin`` (a model step or a graph) in ``rounds`` interleaved rounds.
+    """Time ``stock`` and ``plugin`` (a model step or a graph) in ``rounds`` interleaved rounds,
+    each mirrored (stock plugin plugin stock, then the reverse: ``benchmarking.interleaved``).
     On CUDA with ``cudagraphs``: replays of a CUDA graph of ``reps`` calls, GPU time (a step
     that cannot be captured is timed as below, and the note says why). Without: ``reps``
     back-to-back calls between events, which is what a step run without CUDA graphs costs,
@@ -73,7 +74,7 @@ def interleaved(stock: Callable, plugin: Callable, device: str, *, rounds: int =
             timers = {name: _calls(fn, reps, lambda f: benchmarking.elapsed_us(f) / 1e3) for name, fn in arms.items()}
     else:
         timers = {name: _calls(fn, reps, _host_ms) for name, fn in arms.items()}
-    times = benchmarking.interleaved(timers, rounds)
+    times = benchmarking.interleaved(timers, rounds, mirrored=True)  # a step's clock drifts within a round
     if graphs:
         times = {name: [t / 1e3 for t in ts] for name, ts in times.items()}  # Timer gives us per call
     return AB(_timing(times["stock"]), _timing(times["plugin"]), benchmarking.ratios(times, "stock", "plugin"), graphs,

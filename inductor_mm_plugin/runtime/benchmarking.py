@@ -175,14 +175,28 @@ class Timer:
 
 
 def interleaved(timers: dict[str, Callable[[], float]], rounds: int,
-                stop: Callable[[dict[str, list[float]]], bool] | None = None) -> dict[str, list[float]]:  # fmt: skip
+                stop: Callable[[dict[str, list[float]]], bool] | None = None,
+                mirrored: bool = False) -> dict[str, list[float]]:  # fmt: skip
     """name -> one time per round of ``timers[name]()``, the order reversed every round (A B,
-    B A, A B, ...). ``stop(times)``, checked after each round, ends the rounds early."""
+    B A, A B, ...). ``stop(times)``, checked after each round, ends the rounds early.
+
+    ``mirrored``: each round runs its order and then the reverse (A B B A, then B A A B), and an
+    arm's time for the round is the mean of its two, so that a clock drifting within a round
+    weighs on every arm alike. For steps of milliseconds: on the H200 a prefill step's time
+    rose 3-9% from one timing to the next, and with the order alternating, an odd number of
+    rounds put one arm first in most of them (llama-prefill's rounds read 0.951, 1.042, 0.977:
+    median 0.977; the two pairs of rounds 0.995 and 1.009)."""
     names = list(timers)
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(rounds):
-        for name in names if i % 2 == 0 else names[::-1]:
-            times[name].append(timers[name]())
+        order = names if i % 2 == 0 else names[::-1]
+        if mirrored:
+            first = {name: timers[name]() for name in order}
+            for name in order[::-1]:
+                times[name].append((first[name] + timers[name]()) / 2)
+        else:
+            for name in order:
+                times[name].append(timers[name]())
         if stop is not None and stop(times):
             break
     return times
