@@ -230,7 +230,8 @@ def test_models_routing_clock_counts_what_a_compile_timed_and_compiled(monkeypat
         measure.precompile([1, 2, 3])
         measure.compile_routed([1, 2])
         measure.measure("mm")
-        launch.compile_calls([(x_of(2, 3), x_of(3, 2), x_of(2, 2)), (x_of(2, 3), x_of(3, 2), x_of(2, 2), None, 1)], 2)
+        fp16 = [x_of(2, 3).half(), x_of(3, 2).half(), x_of(2, 2).half()]  # another kernel than fp32's
+        launch.compile_calls([(x_of(2, 3), x_of(3, 2), x_of(2, 2)), (*fp16, None, 1)], 2)
     assert (spent["precompiled"], spent["behind"], spent["timed"]) == (3, 1, 1) and spent["precompile_s"] >= 0
     assert spent["kernel_compiles"] == 2 and 0.04 <= spent["kernel_compile_max_s"] < spent["kernel_compile_sum_s"]
     assert measure.compile_routed([1, 2]) == 1 and measure.measure() == "timed"  # put back as they were

@@ -399,6 +399,38 @@ def test_routed_sites_compiled_behind_are_what_their_first_calls_launch(monkeypa
     assert len(_compiled_kernels()) == len(compiled)
 
 
+def _half(*call):
+    """A call in fp16: another kernel than the same call in fp32."""
+    return tuple(t.half() if isinstance(t, torch.Tensor) else t for t in call)
+
+
+def test_calls_of_one_kernel_are_compiled_once():
+    """Calls whose plans share a config and Triton's specialization compile one kernel: the
+    first of them compiles it, and all count as compiled; a dtype, a 16-byte misaligned
+    pointer or a size Triton specializes on (1, a multiple of 16) is another kernel."""
+    import importlib
+
+    launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")
+    w = x_of(64, 48)
+    same = [(x_of(40, 48), w.t(), x_of(40, 64)), (x_of(44, 48), w.t(), x_of(44, 64)), (x_of(40, 48), w.t(), x_of(40, 64))]
+    storage = x_of(40 * 48 + 1)
+    shifted = (storage[1 : 1 + 40 * 48].view(40, 48), w.t(), x_of(40, 64))  # A 4 bytes off 16-byte alignment
+    sixteen = (x_of(48, 48), w.t(), x_of(48, 64))
+    groups = launch_module.distinct_kernels([*same, _half(*same[0]), shifted, sixteen])
+    assert [len(g) for g in groups] == [3, 1, 1, 1] and groups[0] == same
+    compiled = []
+    def fake(a, b, out, bias=None, beta=1, alpha=1):
+        compiled.append(a.shape)
+        return a.shape[0] != 48
+    real = launch_module._compile_call
+    try:
+        launch_module._compile_call = fake
+        assert launch_module.compile_calls([*same, sixteen], workers=2) == 3  # the 48-row kernel failed
+    finally:
+        launch_module._compile_call = real
+    assert sorted(compiled) == [(40, 48), (48, 48)]
+
+
 def test_compile_calls_leaves_a_failing_call_to_its_first_real_call(monkeypatch, caplog):
     """A call that cannot be compiled ahead is logged and not counted; the others still are."""
     import importlib
@@ -411,7 +443,7 @@ def test_compile_calls_leaves_a_failing_call_to_its_first_real_call(monkeypatch,
         return True
 
     monkeypatch.setattr(launch_module, "_compile_call", fake)
-    calls = [(x_of(3, 4), x_of(4, 5), x_of(3, 5), None, 1, 1), (x_of(2, 4), x_of(4, 5), x_of(2, 5), None, 1, 1)]
+    calls = [(x_of(3, 4), x_of(4, 5), x_of(3, 5), None, 1, 1), _half(x_of(2, 4), x_of(4, 5), x_of(2, 5), None, 1, 1)]
     with caplog.at_level("DEBUG", logger=launch_module.__name__):
         assert launch_module.compile_calls(calls, workers=2) == 1
     assert "compiling (3, 4)" in caplog.text and "no kernel for this one" in caplog.text
@@ -436,7 +468,7 @@ def test_compile_behind_returns_at_once_and_the_first_call_waits_for_it(monkeypa
         return True
 
     monkeypatch.setattr(launch_module, "_compile_call", slow)
-    calls = [(x_of(3, 4), x_of(4, 5), x_of(3, 5), None, 1, 1), (x_of(2, 4), x_of(4, 5), x_of(2, 5), None, 1, 1)]
+    calls = [(x_of(3, 4), x_of(4, 5), x_of(3, 5), None, 1, 1), _half(x_of(2, 4), x_of(4, 5), x_of(2, 5), None, 1, 1)]
     assert launch_module.compile_behind(calls, workers=2) == 2
     assert started.wait(30) and finished == []  # returned while the compiles run
     threading.Timer(1.0, release.set).start()  # longer than the interpreted call below takes

@@ -118,12 +118,12 @@ def _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune: bool, c
 
 
 def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=None, compile_only=False,
-           copy_unaligned=None) -> Plan:  # fmt: skip
+           copy_unaligned=None, plan_only=False) -> Plan:  # fmt: skip
     """out = alpha * a @ b (+ beta * bias) on 2-D or 3-D (batched) views; returns the plan used.
 
     ``bias``, when given, is already expanded to ``out``'s shape (stride 0 where broadcast).
     ``config`` forces a config (benchmarks, tests); ``compile_only`` compiles without
-    launching (parallel precompilation); ``copy_unaligned`` forces (True) or forbids (False)
+    launching (parallel precompilation); ``plan_only`` plans without compiling; ``copy_unaligned`` forces (True) or forbids (False)
     running a matrix whose operands TMA cannot read on aligned copies of them, which the
     selector otherwise decides (``configs.copies_pay``). No checks here: callers validate first.
     """
@@ -154,6 +154,8 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
             _PLANS[key] = plan
+        if plan_only:
+            return plan
         if compile_only:
             plan.compile(a, b, kernel_out, bias)
             return plan
@@ -336,15 +338,38 @@ def _compile_call(a, b, out, bias=None, beta=1, alpha=1) -> bool:
 
 
 def compile_calls(calls: list[tuple], workers: int) -> int:
-    """``_compile_call(*call)`` for every call, ``workers`` threads side by side: Triton spends
-    most of a compile outside the GIL (MLIR passes, ptxas), as Inductor's max-autotune
-    precompilation relies on (select_algorithm.py, a ThreadPoolExecutor). A call that fails
-    is left to its first real call, which compiles again and raises there. Returns how many
-    compiled."""
+    """``_compile_call(*call)`` for one call of each kernel among ``calls`` (``distinct_kernels``),
+    ``workers`` threads side by side: Triton spends most of a compile outside the GIL (MLIR
+    passes, ptxas), as Inductor's max-autotune precompilation relies on (select_algorithm.py,
+    a ThreadPoolExecutor). A call that fails is left to its first real call, which compiles
+    again and raises there. Returns how many calls will find their kernel compiled."""
     for device in {call[0].device for call in calls}:
         ready_for_threads(device)
+    groups = distinct_kernels(calls)
     with concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="inductor_mm_plugin") as pool:
-        return sum(pool.map(_compile_quietly, calls))
+        return sum(len(group) for group, ok in zip(groups, pool.map(_compile_quietly, [g[0] for g in groups])) if ok)
+
+
+def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
+    """``calls`` grouped by the kernel each would compile (``Plan.kernel_key``; the plans are
+    made here, which takes no compile), in order: sites of one config and specialization share
+    a kernel (llama-decode's q, k/v, gate/up and lm_head products at 16 rows take one), and two
+    threads compiling it at once would each compile it whole. A call that cannot be planned
+    keeps a group of its own."""
+    groups: dict = {}
+    for i, call in enumerate(calls):
+        key = ("unplanned", i)
+        try:
+            a, b, out, bias, beta, alpha = _call_args(*call)
+            if kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is None and out.numel():
+                expanded = None if bias is None else bias.expand(out.shape)
+                with torch.no_grad():
+                    plan = launch(a, b, out, expanded, beta, alpha, plan_only=True)
+                key = plan.kernel_key(a, b, out, expanded)
+        except Exception:  # noqa: BLE001 (left to compile on its own, which reports)
+            log.debug("planning %s ahead failed", _describe(call), exc_info=True)
+        groups.setdefault(key, []).append(call)
+    return list(groups.values())
 
 
 # Kernels compiling in background threads (compile_behind); the ops' first call of a
@@ -357,18 +382,20 @@ def compile_behind(calls: list[tuple], workers: int) -> int:
     """Start compiling the kernels of ``calls`` (``_compile_call``'s arguments) in up to
     ``workers`` background threads, and return at once: the routing pass hands over the
     sites it routed, so that their kernels compile while Inductor compiles the rest of the
-    graph, not one after another at the compiled graph's first call. Returns how many started."""
+    graph, not one after another at the compiled graph's first call, one call per kernel
+    (``distinct_kernels``). Returns how many calls' kernels started compiling."""
     if not calls:
         return 0
     for device in {call[0].device for call in calls}:
         ready_for_threads(device)
-    pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(calls))),
+    firsts = [group[0] for group in distinct_kernels(calls)]  # the others find theirs compiled
+    pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(firsts))),
                                                  thread_name_prefix="inductor_mm_plugin-behind")  # fmt: skip
-    futures = [pool.submit(_compile_quietly, call) for call in calls]
+    futures = [pool.submit(_compile_quietly, call) for call in firsts]
     pool.shutdown(wait=False)  # the threads end when their calls are compiled
     with _BEHIND_LOCK:
         _BEHIND.extend(futures)
-    return len(futures)
+    return len(calls)
 
 
 def join_behind() -> None:
@@ -377,6 +404,10 @@ def join_behind() -> None:
         futures = _BEHIND[:]
         _BEHIND.clear()
     concurrent.futures.wait(futures)
+
+
+def _call_args(a, b, out, bias=None, beta=1, alpha=1) -> tuple:
+    return a, b, out, bias, beta, alpha
 
 
 def _compile_quietly(call) -> bool:

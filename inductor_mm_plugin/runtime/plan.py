@@ -196,6 +196,25 @@ class Plan:
         if load is not None and not interpreting():
             load()
 
+    def kernel_key(self, a, b, out, bias) -> tuple:
+        """What Triton compiles this plan's kernel for, as far as the plan can tell: the kernel,
+        its constexprs, warps and stages, the dtypes, and how Triton specializes the other
+        arguments (an int on being 1 or a multiple of 16, a pointer on 16-byte alignment;
+        triton 3.6 runtime/jit.py), less those the kernel does not specialize (num_programs).
+        Plans with one key share a compiled kernel (``launch.compile_calls`` compiles it once);
+        were two that Triton tells apart ever to share a key, the second would compile at its
+        own first call."""
+        a, b = self.operands(a, b, copy=False)
+        if self.mid is None:
+            self._bind(a, b, out, bias)
+        head = len(_TMA_HEAD if self.cfg.kernel == "tma" else _PTR_HEAD)
+        names = self.kernel.arg_names[head : head + len(self.mid)]
+        loose = {p.name for p in getattr(self.kernel, "params", ()) if getattr(p, "do_not_specialize", False)}
+        ints = tuple((v == 1, v % 16 == 0) for name, v in zip(names, self.mid) if name not in loose)
+        tensors = [t for t in (a, b, out, bias if self.flags.has_bias else None) if t is not None]
+        return (self.cfg.kernel, self.consts, self.cfg.num_warps, self.cfg.num_stages, ints,
+                tuple((t.dtype, t.data_ptr() % 16) for t in tensors))  # fmt: skip
+
     def launch_direct(self, a, b, out, bias, alpha, beta) -> bool:
         """``_launch_direct`` on the operands the kernel reads (their copies, where it copies)."""
         return self._launch_direct(*self.operands(a, b), out, bias, alpha, beta)
