@@ -72,16 +72,15 @@ def routing_clock():
     and each kernel compiled ahead, in whichever thread (``kernel_compiles``, the longest
     ``kernel_compile_max_s`` and their sum ``kernel_compile_sum_s``: a precompile_s near the
     sum says the threads took turns, near the longest that they ran side by side)."""
-    import importlib
-
     from inductor_mm_plugin.inductor import measure
 
     spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0, "precompiled": 0,
              "behind": 0, "kernel_compiles": 0, "kernel_compile_max_s": 0.0, "kernel_compile_sum_s": 0.0}  # fmt: skip
     decide, measure_fn, call, precompile = measure.decide, measure.measure, measure._call, measure.precompile
     compile_routed = measure.compile_routed
-    launch = importlib.import_module("inductor_mm_plugin.runtime.launch")  # runtime.launch is also a function
-    compile_call, compiles = launch._compile_call, []
+    from inductor_mm_plugin.runtime import ahead
+
+    compile_call, compiles = ahead._compile_call, []
 
     def timed_compile_call(*args, **kwargs):
         t0 = time.perf_counter()
@@ -138,13 +137,13 @@ def routing_clock():
 
     measure.decide, measure.measure, measure._call = timed_decide, counted_measure, first_call_timed
     measure.precompile, measure.compile_routed = counted_precompile, counted_behind
-    launch._compile_call = timed_compile_call
+    ahead._compile_call = timed_compile_call
     try:
         yield spent
     finally:
         measure.decide, measure.measure, measure._call, measure.precompile = decide, measure_fn, call, precompile
-        measure.compile_routed, launch._compile_call = compile_routed, compile_call
-        launch.join_behind()  # (the step's first call joined them already)
+        measure.compile_routed, ahead._compile_call = compile_routed, compile_call
+        ahead.join_behind()  # (the step's first call joined them already)
         spent.update(kernel_compiles=len(compiles), kernel_compile_max_s=max(compiles, default=0.0),
                      kernel_compile_sum_s=sum(compiles))  # fmt: skip
 

@@ -19,7 +19,7 @@ import importlib
 FORGOTTEN = {
     "runtime.launch._PLANS": "a launch plan (config, grid, compiled kernel) per call signature",
     "runtime.launch._FAST_PLANS": "the plans a repeated CUDA call launches directly",
-    "runtime.launch._BEHIND": "kernels compiling in the background (compile_behind): reset() waits for them",
+    "runtime.ahead._BEHIND": "kernels compiling in the background (compile_behind): reset() waits for them",
     "runtime.launch._TUNING_CACHES": "each GPU's tuning cache, as read from the cache folder",
     "inductor.measure._ROUTING_CACHES": "each GPU's routing cache, as read from the cache folder",
     "inductor.measure._MEMORY": "measured routing decisions, by site signature",

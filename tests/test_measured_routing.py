@@ -404,48 +404,41 @@ def _half(*call):
     return tuple(t.half() if isinstance(t, torch.Tensor) else t for t in call)
 
 
-def test_calls_of_one_kernel_are_compiled_once():
+def test_calls_of_one_kernel_are_compiled_once(monkeypatch):
     """Calls whose plans share a config and Triton's specialization compile one kernel: the
     first of them compiles it, and all count as compiled; a dtype, a 16-byte misaligned
     pointer or a size Triton specializes on (1, a multiple of 16) is another kernel."""
-    import importlib
+    from inductor_mm_plugin.runtime import ahead
 
-    launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")
     w = x_of(64, 48)
     same = [(x_of(40, 48), w.t(), x_of(40, 64)), (x_of(44, 48), w.t(), x_of(44, 64)), (x_of(40, 48), w.t(), x_of(40, 64))]
     storage = x_of(40 * 48 + 1)
     shifted = (storage[1 : 1 + 40 * 48].view(40, 48), w.t(), x_of(40, 64))  # A 4 bytes off 16-byte alignment
     sixteen = (x_of(48, 48), w.t(), x_of(48, 64))
-    groups = launch_module.distinct_kernels([*same, _half(*same[0]), shifted, sixteen])
+    groups = ahead.distinct_kernels([*same, _half(*same[0]), shifted, sixteen])
     assert [len(g) for g in groups] == [3, 1, 1, 1] and groups[0] == same
     compiled = []
     def fake(a, b, out, bias=None, beta=1, alpha=1):
         compiled.append(a.shape)
         return a.shape[0] != 48
-    real = launch_module._compile_call
-    try:
-        launch_module._compile_call = fake
-        assert launch_module.compile_calls([*same, sixteen], workers=2) == 3  # the 48-row kernel failed
-    finally:
-        launch_module._compile_call = real
+    monkeypatch.setattr(ahead, "_compile_call", fake)
+    assert ahead.compile_calls([*same, sixteen], workers=2) == 3  # the 48-row kernel failed
     assert sorted(compiled) == [(40, 48), (48, 48)]
 
 
 def test_compile_calls_leaves_a_failing_call_to_its_first_real_call(monkeypatch, caplog):
     """A call that cannot be compiled ahead is logged and not counted; the others still are."""
-    import importlib
-
-    launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")  # runtime.launch is a function too
+    from inductor_mm_plugin.runtime import ahead
 
     def fake(a, b, out, bias=None, beta=1, alpha=1):
         if a.shape[0] == 3:
             raise RuntimeError("no kernel for this one")
         return True
 
-    monkeypatch.setattr(launch_module, "_compile_call", fake)
+    monkeypatch.setattr(ahead, "_compile_call", fake)
     calls = [(x_of(3, 4), x_of(4, 5), x_of(3, 5), None, 1, 1), _half(x_of(2, 4), x_of(4, 5), x_of(2, 5), None, 1, 1)]
-    with caplog.at_level("DEBUG", logger=launch_module.__name__):
-        assert launch_module.compile_calls(calls, workers=2) == 1
+    with caplog.at_level("DEBUG", logger=ahead.__name__):
+        assert ahead.compile_calls(calls, workers=2) == 1
     assert "compiling (3, 4)" in caplog.text and "no kernel for this one" in caplog.text
 
 
@@ -453,10 +446,10 @@ def test_compile_behind_returns_at_once_and_the_first_call_waits_for_it(monkeypa
     """The routed sites' kernels compile in the background while Inductor compiles on; the
     ops' first call of a signature waits for them (no kernel compiled twice at once), and a
     compile that fails there is quiet: the call compiles and runs as it always did."""
-    import importlib
     import threading
 
-    launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")  # runtime.launch is a function too
+    from inductor_mm_plugin.runtime import ahead
+
     started, release, finished = threading.Event(), threading.Event(), []
 
     def slow(a, b, out, bias=None, beta=1, alpha=1):
@@ -467,16 +460,16 @@ def test_compile_behind_returns_at_once_and_the_first_call_waits_for_it(monkeypa
             raise RuntimeError("no kernel for this one")
         return True
 
-    monkeypatch.setattr(launch_module, "_compile_call", slow)
+    monkeypatch.setattr(ahead, "_compile_call", slow)
     calls = [(x_of(3, 4), x_of(4, 5), x_of(3, 5), None, 1, 1), _half(x_of(2, 4), x_of(4, 5), x_of(2, 5), None, 1, 1)]
-    assert launch_module.compile_behind(calls, workers=2) == 2
+    assert ahead.compile_behind(calls, workers=2) == 2
     assert started.wait(30) and finished == []  # returned while the compiles run
     threading.Timer(1.0, release.set).start()  # longer than the interpreted call below takes
     a, b = x_of(6, 4), x_of(4, 5)
     out = inductor_mm_plugin.mm(a, b)  # a first call: waits for both, then runs
-    assert sorted(finished) == [(2, 4), (3, 4)] and not launch_module._BEHIND
+    assert sorted(finished) == [(2, 4), (3, 4)] and not ahead._BEHIND
     torch.testing.assert_close(out, (a.double() @ b.double()).to(out.dtype), atol=1e-4, rtol=1e-4)
-    assert launch_module.compile_behind([], workers=4) == 0
+    assert ahead.compile_behind([], workers=4) == 0
 
 
 def test_compile_routed_hands_each_cuda_signature_over_once(monkeypatch, fresh_state):

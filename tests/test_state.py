@@ -99,7 +99,7 @@ def test_reset_forgets_what_the_process_learned_and_keeps_the_rest(monkeypatch):
     for _ in range(2):  # on CUDA the second call takes the direct launch
         inductor_mm_plugin.mm(a, b)
     launch._FAST_PLANS.setdefault(("test",), None)
-    launch.compile_behind([(a, b, torch.empty(8, 8, device=DEVICE))], workers=1)
+    inductor_mm_plugin.runtime.compile_behind([(a, b, torch.empty(8, 8, device=DEVICE))], workers=1)
     launch._tuning_cache(a.device)
     measure.routing_cache("TEST GPU")
     measure._MEMORY["test"] = measure.Measurement(1.0, 2.0, (2.0,), False)

@@ -6,6 +6,7 @@
 * ``plan.py``: a call signature's launch plan, arguments bound by name; ``direct.py``: the
   direct launch through the compiled kernel's launcher;
 * ``launch.py``: the checked and fast paths the ops run, config choice, ``warmup``;
+* ``ahead.py``: kernels compiled before their first call, side by side or in the background;
 * ``tuning.py``: optional autotuning with a disk cache; ``split_k.py``: split-K's counters;
 * ``device.py``: the device's SM count (one source), stream and guard.
 
@@ -16,14 +17,13 @@ and those it routed with ``compile_behind`` (in the background, while Inductor c
 """
 
 from .checks import SUPPORTED_DTYPES, KernelFallbackWarning, kernel_unsupported_reason
+from .ahead import compile_behind, compile_calls
 from .launch import (
     addmm_launch,
     bmm_launch,
     candidates_for,
     chosen_config,
     clear_plans,
-    compile_behind,
-    compile_calls,
     launch,
     mm_launch,
     set_autotune,

@@ -17,7 +17,6 @@ at 768^3 on the H200's host, against 11-16 us for torch.mm (docs/performance.md)
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -28,7 +27,7 @@ import triton
 
 from ..configs import MatmulConfig, batch_fits, candidate_configs, copies_pay, heuristic_config
 from ..interpreter import interpreting
-from . import direct, tuning
+from . import ahead, direct, tuning
 from .checks import (
     check_addmm_args,
     check_bmm_args,
@@ -50,7 +49,7 @@ from .layout import (
     tma_layout,
     unaligned_operands,
 )
-from .plan import Flags, Plan, ready_for_threads
+from .plan import Flags, Plan
 
 log = logging.getLogger(__name__)
 _AUTOTUNE = os.environ.get("INDUCTOR_MM_PLUGIN_AUTOTUNE", "0") not in ("", "0")
@@ -71,7 +70,7 @@ _MAX_PLANS = 8192
 def clear_plans() -> None:
     """Drop every launch plan: the next call of each signature plans again (after the
     kernels compiling in the background, which would plan, are done)."""
-    join_behind()
+    ahead.join_behind()
     _PLANS.clear()
     _FAST_PLANS.clear()
 
@@ -316,8 +315,8 @@ def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha).contiguous()
     res = a.new_empty((*a.shape[:-1], b.shape[-1])) if out is None else out
     if res.numel():
-        if _BEHIND:
-            join_behind()  # this call's kernel may be one of them
+        if ahead.pending():
+            ahead.join_behind()  # this call's kernel may be one of them
         expanded = None if bias is None else bias.expand(res.shape)
         plan = launch(a, b, res, expanded, beta, alpha)
         if key is not None and plan.compiled is not None:
@@ -325,102 +324,6 @@ def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
                 _FAST_PLANS.clear()
             _FAST_PLANS[key] = plan
     return res
-
-
-def _compile_call(a, b, out, bias=None, beta=1, alpha=1) -> bool:
-    """Compile the kernel that ``mm``/``bmm`` (``bias`` None) or ``addmm`` on these operands
-    would launch, without launching: the plan the call will find, its kernel in Triton's
-    cache. False where the call would not run the kernel (aten's fallback, nothing to compute)."""
-    if kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is not None or out.numel() == 0:
-        return False
-    launch(a, b, out, None if bias is None else bias.expand(out.shape), beta, alpha, compile_only=True)
-    return True
-
-
-def compile_calls(calls: list[tuple], workers: int) -> int:
-    """``_compile_call(*call)`` for one call of each kernel among ``calls`` (``distinct_kernels``),
-    ``workers`` threads side by side: Triton spends most of a compile outside the GIL (MLIR
-    passes, ptxas), as Inductor's max-autotune precompilation relies on (select_algorithm.py,
-    a ThreadPoolExecutor). A call that fails is left to its first real call, which compiles
-    again and raises there. Returns how many calls will find their kernel compiled."""
-    for device in {call[0].device for call in calls}:
-        ready_for_threads(device)
-    groups = distinct_kernels(calls)
-    with concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="inductor_mm_plugin") as pool:
-        return sum(len(group) for group, ok in zip(groups, pool.map(_compile_quietly, [g[0] for g in groups])) if ok)
-
-
-def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
-    """``calls`` grouped by the kernel each would compile (``Plan.kernel_key``; the plans are
-    made here, which takes no compile), in order: sites of one config and specialization share
-    a kernel (llama-decode's q, k/v, gate/up and lm_head products at 16 rows take one), and two
-    threads compiling it at once would each compile it whole. A call that cannot be planned
-    keeps a group of its own."""
-    groups: dict = {}
-    for i, call in enumerate(calls):
-        key = ("unplanned", i)
-        try:
-            a, b, out, bias, beta, alpha = _call_args(*call)
-            if kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is None and out.numel():
-                expanded = None if bias is None else bias.expand(out.shape)
-                with torch.no_grad():
-                    plan = launch(a, b, out, expanded, beta, alpha, plan_only=True)
-                key = plan.kernel_key(a, b, out, expanded)
-        except Exception:  # noqa: BLE001 (left to compile on its own, which reports)
-            log.debug("planning %s ahead failed", _describe(call), exc_info=True)
-        groups.setdefault(key, []).append(call)
-    return list(groups.values())
-
-
-# Kernels compiling in background threads (compile_behind); the ops' first call of a
-# signature waits for them all, so no kernel is compiled twice, in two threads at once.
-_BEHIND: list[concurrent.futures.Future] = []
-_BEHIND_LOCK = threading.Lock()
-
-
-def compile_behind(calls: list[tuple], workers: int) -> int:
-    """Start compiling the kernels of ``calls`` (``_compile_call``'s arguments) in up to
-    ``workers`` background threads, and return at once: the routing pass hands over the
-    sites it routed, so that their kernels compile while Inductor compiles the rest of the
-    graph, not one after another at the compiled graph's first call, one call per kernel
-    (``distinct_kernels``). Returns how many calls' kernels started compiling."""
-    if not calls:
-        return 0
-    for device in {call[0].device for call in calls}:
-        ready_for_threads(device)
-    firsts = [group[0] for group in distinct_kernels(calls)]  # the others find theirs compiled
-    pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(firsts))),
-                                                 thread_name_prefix="inductor_mm_plugin-behind")  # fmt: skip
-    futures = [pool.submit(_compile_quietly, call) for call in firsts]
-    pool.shutdown(wait=False)  # the threads end when their calls are compiled
-    with _BEHIND_LOCK:
-        _BEHIND.extend(futures)
-    return len(calls)
-
-
-def join_behind() -> None:
-    """Wait for the kernels compiling in the background (``compile_behind``)."""
-    with _BEHIND_LOCK:
-        futures = _BEHIND[:]
-        _BEHIND.clear()
-    concurrent.futures.wait(futures)
-
-
-def _call_args(a, b, out, bias=None, beta=1, alpha=1) -> tuple:
-    return a, b, out, bias, beta, alpha
-
-
-def _compile_quietly(call) -> bool:
-    try:
-        with torch.no_grad():
-            return _compile_call(*call)
-    except Exception:  # noqa: BLE001 (compiling ahead only saves time: the first real call compiles and raises)
-        log.debug("compiling %s ahead failed; its first call will compile it", _describe(call), exc_info=True)
-        return False
-
-
-def _describe(call) -> str:
-    return " ".join(f"{tuple(t.shape)}:{t.stride()}" for t in call[:4] if isinstance(t, torch.Tensor))
 
 
 def _launch_direct(plan, a, b, out, bias, alpha, beta) -> bool:

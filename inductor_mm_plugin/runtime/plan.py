@@ -201,7 +201,7 @@ class Plan:
         its constexprs, warps and stages, the dtypes, and how Triton specializes the other
         arguments (an int on being 1 or a multiple of 16, a pointer on 16-byte alignment;
         triton 3.6 runtime/jit.py), less those the kernel does not specialize (num_programs).
-        Plans with one key share a compiled kernel (``launch.compile_calls`` compiles it once);
+        Plans with one key share a compiled kernel (``ahead.compile_calls`` compiles it once);
         were two that Triton tells apart ever to share a key, the second would compile at its
         own first call."""
         a, b = self.operands(a, b, copy=False)

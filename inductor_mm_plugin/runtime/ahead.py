@@ -1,0 +1,126 @@
+"""Compiling the plugin's kernels before their first call: side by side in threads and waited
+for (``compile_calls``: the routing pass's sites to be timed), or in the background
+(``compile_behind``: the sites it routed, while Inductor compiles the rest of the graph; the
+ops' first call of a signature waits for them, ``join_behind``). Either way one call per
+distinct kernel (``distinct_kernels``): the others find it compiled.
+
+``launch`` (the module) imports this one; this one calls ``launch.launch`` inside functions.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+
+import torch
+
+from .checks import kernel_unsupported_reason
+from .plan import ready_for_threads
+
+log = logging.getLogger(__name__)
+
+
+def _compile_call(a, b, out, bias=None, beta=1, alpha=1) -> bool:
+    """Compile the kernel that ``mm``/``bmm`` (``bias`` None) or ``addmm`` on these operands
+    would launch, without launching: the plan the call will find, its kernel in Triton's
+    cache. False where the call would not run the kernel (aten's fallback, nothing to compute)."""
+    if kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is not None or out.numel() == 0:
+        return False
+    from .launch import launch
+
+    launch(a, b, out, None if bias is None else bias.expand(out.shape), beta, alpha, compile_only=True)
+    return True
+
+
+def compile_calls(calls: list[tuple], workers: int) -> int:
+    """``_compile_call(*call)`` for one call of each kernel among ``calls`` (``distinct_kernels``),
+    ``workers`` threads side by side: Triton spends most of a compile outside the GIL (MLIR
+    passes, ptxas), as Inductor's max-autotune precompilation relies on (select_algorithm.py,
+    a ThreadPoolExecutor). A call that fails is left to its first real call, which compiles
+    again and raises there. Returns how many calls will find their kernel compiled."""
+    for device in {call[0].device for call in calls}:
+        ready_for_threads(device)
+    groups = distinct_kernels(calls)
+    with concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="inductor_mm_plugin") as pool:
+        return sum(len(group) for group, ok in zip(groups, pool.map(_compile_quietly, [g[0] for g in groups])) if ok)
+
+
+def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
+    """``calls`` grouped by the kernel each would compile (``Plan.kernel_key``; the plans are
+    made here, which takes no compile), in order: sites of one config and specialization share
+    a kernel (llama-decode's q, k/v, gate/up and lm_head products at 16 rows take one), and two
+    threads compiling it at once would each compile it whole. A call that cannot be planned
+    keeps a group of its own."""
+    from .launch import launch
+
+    groups: dict = {}
+    for i, call in enumerate(calls):
+        key = ("unplanned", i)
+        try:
+            a, b, out, bias, beta, alpha = _call_args(*call)
+            if kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is None and out.numel():
+                expanded = None if bias is None else bias.expand(out.shape)
+                with torch.no_grad():
+                    plan = launch(a, b, out, expanded, beta, alpha, plan_only=True)
+                key = plan.kernel_key(a, b, out, expanded)
+        except Exception:  # noqa: BLE001 (left to compile on its own, which reports)
+            log.debug("planning %s ahead failed", _describe(call), exc_info=True)
+        groups.setdefault(key, []).append(call)
+    return list(groups.values())
+
+
+# Kernels compiling in background threads (compile_behind); the ops' first call of a
+# signature waits for them all, so no kernel is compiled twice, in two threads at once.
+_BEHIND: list[concurrent.futures.Future] = []
+_BEHIND_LOCK = threading.Lock()
+
+
+def pending() -> bool:
+    """Whether background compiles were started and not yet waited for."""
+    return bool(_BEHIND)
+
+
+def compile_behind(calls: list[tuple], workers: int) -> int:
+    """Start compiling the kernels of ``calls`` (``_compile_call``'s arguments) in up to
+    ``workers`` background threads, and return at once: the routing pass hands over the
+    sites it routed, so that their kernels compile while Inductor compiles the rest of the
+    graph, not one after another at the compiled graph's first call, one call per kernel
+    (``distinct_kernels``). Returns how many calls' kernels started compiling."""
+    if not calls:
+        return 0
+    for device in {call[0].device for call in calls}:
+        ready_for_threads(device)
+    firsts = [group[0] for group in distinct_kernels(calls)]  # the others find theirs compiled
+    pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(firsts))),
+                                                 thread_name_prefix="inductor_mm_plugin-behind")  # fmt: skip
+    futures = [pool.submit(_compile_quietly, call) for call in firsts]
+    pool.shutdown(wait=False)  # the threads end when their calls are compiled
+    with _BEHIND_LOCK:
+        _BEHIND.extend(futures)
+    return len(calls)
+
+
+def join_behind() -> None:
+    """Wait for the kernels compiling in the background (``compile_behind``)."""
+    with _BEHIND_LOCK:
+        futures = _BEHIND[:]
+        _BEHIND.clear()
+    concurrent.futures.wait(futures)
+
+
+def _call_args(a, b, out, bias=None, beta=1, alpha=1) -> tuple:
+    return a, b, out, bias, beta, alpha
+
+
+def _compile_quietly(call) -> bool:
+    try:
+        with torch.no_grad():
+            return _compile_call(*call)
+    except Exception:  # noqa: BLE001 (compiling ahead only saves time: the first real call compiles and raises)
+        log.debug("compiling %s ahead failed; its first call will compile it", _describe(call), exc_info=True)
+        return False
+
+
+def _describe(call) -> str:
+    return " ".join(f"{tuple(t.shape)}:{t.stride()}" for t in call[:4] if isinstance(t, torch.Tensor))
