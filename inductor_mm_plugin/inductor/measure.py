@@ -269,16 +269,34 @@ def _distinct(sites, skip=lambda key, site: False) -> dict:
 
 
 def _compile_args(todo: dict) -> list[tuple]:
-    """``runtime.compile_calls``' calls for ``_distinct``'s sites (outside fake mode):
-    operands built as ``measure`` builds them, so the calls plan and specialize as its timed
-    calls do."""
+    """``runtime.compile_calls``' calls for ``_distinct``'s sites (outside fake mode): tensors
+    with each site's sizes, strides and storage offsets, so the calls plan and specialize as
+    ``measure``'s timed calls and the model's own calls do. Nothing is launched on them, so
+    they are views of one uninitialized buffer per device and dtype, the size of the largest:
+    a compile whose sites include a 128k-row output layer's 1 GB weight holds 1 GB, not the
+    sum of its sites' operands."""
+    need: dict = {}
+    for op, operands, dtype, device, alpha, beta in todo.values():
+        for layout in (*operands, (_out_shape(operands), _contiguous(_out_shape(operands)), 0)):
+            need[(device, dtype)] = max(need.get((device, dtype), 1), benchmarking.extent(*layout))
+    buffers = {key: torch.empty(n, dtype=key[1], device=key[0]) for key, n in need.items()}
     calls = []
     for op, operands, dtype, device, alpha, beta in todo.values():
-        args = [benchmarking.operand(*layout, dtype, device) for layout in operands]
-        out = torch.empty(_out_shape(operands), dtype=dtype, device=device)
+        buf = buffers[(device, dtype)]
+        args = [buf.as_strided(*layout) for layout in operands]
+        out_shape = _out_shape(operands)
+        out = buf.as_strided(out_shape, _contiguous(out_shape), 0)
         bias, (a, b) = (args[0], args[1:]) if op == "addmm" else (None, args)
         calls.append((a, b, out, bias, beta, alpha))
     return calls
+
+
+def _contiguous(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _on_cuda(vals: list[torch.Tensor]) -> bool:
