@@ -2,6 +2,7 @@
 routing plan is obeyed exactly. On the CPU the measurement is stubbed (the interpreter's times
 mean nothing) and the site treated as a CUDA one; the generated code proves what ran where."""
 
+import importlib
 import json
 
 import pytest
@@ -494,3 +495,16 @@ def test_compile_routed_hands_each_cuda_signature_over_once(monkeypatch, fresh_s
         assert (x.shape, w.shape, w.stride(), o.shape) == ((8, 16), (16, 32), (1, 16), (8, 32))
     monkeypatch.setattr("inductor_mm_plugin.runtime.compile_behind", lambda calls, workers: 1 / 0)
     assert measure.compile_routed(sites) == 0  # compiling ahead only saves time
+
+
+def test_while_autotuning_each_call_compiles_apart(monkeypatch):
+    """Planning a call under autotuning times configs: distinct_kernels then plans nothing,
+    and each call is compiled (and tuned) on its own thread, as before."""
+    from inductor_mm_plugin.runtime import ahead
+
+    monkeypatch.setattr(importlib.import_module("inductor_mm_plugin.runtime.launch"), "_AUTOTUNE", True)
+    monkeypatch.setattr(importlib.import_module("inductor_mm_plugin.runtime.launch"), "launch",
+                        lambda *args, **kwargs: pytest.fail("planned while autotuning"))  # fmt: skip
+    w = x_of(64, 48)
+    calls = [(x_of(40, 48), w.t(), x_of(40, 64)), (x_of(44, 48), w.t(), x_of(44, 64))]
+    assert ahead.distinct_kernels(calls) == [[calls[0]], [calls[1]]]

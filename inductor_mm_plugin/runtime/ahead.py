@@ -10,6 +10,7 @@ distinct kernel (``distinct_kernels``): the others find it compiled.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import logging
 import threading
 
@@ -51,9 +52,12 @@ def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
     made here, which takes no compile), in order: sites of one config and specialization share
     a kernel (llama-decode's q, k/v, gate/up and lm_head products at 16 rows take one), and two
     threads compiling it at once would each compile it whole. A call that cannot be planned
-    keeps a group of its own."""
-    from .launch import launch
+    keeps a group of its own, and so does every call while autotuning is on (its planning
+    times configs, which the threads do side by side)."""
+    launch_module = importlib.import_module(".launch", __package__)  # the package's runtime.launch is the function
 
+    if launch_module._AUTOTUNE:
+        return [[call] for call in calls]
     groups: dict = {}
     for i, call in enumerate(calls):
         key = ("unplanned", i)
@@ -62,7 +66,7 @@ def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
             if kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is None and out.numel():
                 expanded = None if bias is None else bias.expand(out.shape)
                 with torch.no_grad():
-                    plan = launch(a, b, out, expanded, beta, alpha, plan_only=True)
+                    plan = launch_module.launch(a, b, out, expanded, beta, alpha, plan_only=True)
                 key = plan.kernel_key(a, b, out, expanded)
         except Exception:  # noqa: BLE001 (left to compile on its own, which reports)
             log.debug("planning %s ahead failed", _describe(call), exc_info=True)

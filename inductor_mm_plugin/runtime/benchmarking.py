@@ -183,9 +183,9 @@ def interleaved(timers: dict[str, Callable[[], float]], rounds: int,
     ``mirrored``: each round runs its order and then the reverse (A B B A, then B A A B), and an
     arm's time for the round is the mean of its two, so that a clock drifting within a round
     weighs on every arm alike. For steps of milliseconds: on the H200 a prefill step's time
-    rose 3-9% from one timing to the next, and with the order alternating, an odd number of
-    rounds put one arm first in most of them (llama-prefill's rounds read 0.951, 1.042, 0.977:
-    median 0.977; the two pairs of rounds 0.995 and 1.009)."""
+    rose 4-12% from the first round to the second, and with the order alternating, an odd
+    number of rounds put one arm first in most of them (llama-prefill's rounds read 0.951,
+    1.042, 0.977: median 0.977; the two pairs of adjacent rounds 0.995 and 1.009)."""
     names = list(timers)
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(rounds):
