@@ -508,3 +508,28 @@ def test_while_autotuning_each_call_compiles_apart(monkeypatch):
     w = x_of(64, 48)
     calls = [(x_of(40, 48), w.t(), x_of(40, 64)), (x_of(44, 48), w.t(), x_of(44, 64))]
     assert ahead.distinct_kernels(calls) == [[calls[0]], [calls[1]]]
+
+
+def test_a_kernel_compiling_behind_is_waited_for_not_compiled_again(monkeypatch):
+    """compile_calls finds a kernel the background is compiling (a site predicted before the
+    routing pass, or routed by an earlier graph) and waits for it; it compiles the rest."""
+    import threading
+
+    from inductor_mm_plugin.runtime import ahead
+
+    compiled, release = [], threading.Event()
+
+    def slow(a, b, out, bias=None, beta=1, alpha=1):
+        if a.dtype == torch.float32:
+            assert release.wait(30)
+        compiled.append(a.dtype)
+        return True
+
+    monkeypatch.setattr(ahead, "_compile_call", slow)
+    w = x_of(64, 48)
+    fp32 = (x_of(40, 48), w.t(), x_of(40, 64))
+    assert ahead.compile_behind([fp32], workers=2) == 1
+    assert ahead.compile_behind([(x_of(44, 48), w.t(), x_of(44, 64))], workers=2) == 1  # the same kernel: not again
+    threading.Timer(0.5, release.set).start()
+    assert ahead.compile_calls([(x_of(36, 48), w.t(), x_of(36, 64)), _half(*fp32)], workers=2) == 2
+    assert compiled == [torch.float16, torch.float32] and not ahead.pending()

@@ -2,7 +2,8 @@
 for (``compile_calls``: the routing pass's sites to be timed), or in the background
 (``compile_behind``: the sites it routed, while Inductor compiles the rest of the graph; the
 ops' first call of a signature waits for them, ``join_behind``). Either way one call per
-distinct kernel (``distinct_kernels``): the others find it compiled.
+distinct kernel (``kernel_groups``): the others find it compiled, and a kernel compiling in
+the background is waited for, not compiled again.
 
 ``launch`` (the module) imports this one; this one calls ``launch.launch`` inside functions.
 """
@@ -35,19 +36,26 @@ def _compile_call(a, b, out, bias=None, beta=1, alpha=1) -> bool:
 
 
 def compile_calls(calls: list[tuple], workers: int) -> int:
-    """``_compile_call(*call)`` for one call of each kernel among ``calls`` (``distinct_kernels``),
+    """``_compile_call(*call)`` for one call of each kernel among ``calls`` (``kernel_groups``),
     ``workers`` threads side by side: Triton spends most of a compile outside the GIL (MLIR
     passes, ptxas), as Inductor's max-autotune precompilation relies on (select_algorithm.py,
-    a ThreadPoolExecutor). A call that fails is left to its first real call, which compiles
-    again and raises there. Returns how many calls will find their kernel compiled."""
+    a ThreadPoolExecutor). A kernel already compiling in the background (``compile_behind``)
+    is waited for, not compiled again. A call that fails is left to its first real call,
+    which compiles again and raises there. Returns how many calls will find their kernel
+    compiled."""
     for device in {call[0].device for call in calls}:
         ready_for_threads(device)
-    groups = distinct_kernels(calls)
+    groups = kernel_groups(calls)
+    with _BEHIND_LOCK:
+        behind = {key: _BEHIND.pop(key) for key in list(groups) if key in _BEHIND}
+    todo = [key for key in groups if key not in behind]
     with concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="inductor_mm_plugin") as pool:
-        return sum(len(group) for group, ok in zip(groups, pool.map(_compile_quietly, [g[0] for g in groups])) if ok)
+        done = dict(zip(todo, pool.map(_compile_quietly, [groups[key][0] for key in todo])))
+    done.update({key: future.result() for key, future in behind.items()})
+    return sum(len(calls) for key, calls in groups.items() if done[key])
 
 
-def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
+def kernel_groups(calls: list[tuple]) -> dict:
     """``calls`` grouped by the kernel each would compile (``Plan.kernel_key``; the plans are
     made here, which takes no compile), in order: sites of one config and specialization share
     a kernel (llama-decode's q, k/v, gate/up and lm_head products at 16 rows take one), and two
@@ -56,14 +64,13 @@ def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
     times configs, which the threads do side by side)."""
     launch_module = importlib.import_module(".launch", __package__)  # the package's runtime.launch is the function
 
-    if launch_module._AUTOTUNE:
-        return [[call] for call in calls]
     groups: dict = {}
-    for i, call in enumerate(calls):
-        key = ("unplanned", i)
+    for call in calls:
+        key = ("unplanned", object())  # a group of its own
         try:
             a, b, out, bias, beta, alpha = _call_args(*call)
-            if kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is None and out.numel():
+            if (not launch_module._AUTOTUNE and out.numel()
+                    and kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is None):  # fmt: skip
                 expanded = None if bias is None else bias.expand(out.shape)
                 with torch.no_grad():
                     plan = launch_module.launch(a, b, out, expanded, beta, alpha, plan_only=True)
@@ -71,12 +78,18 @@ def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
         except Exception:  # noqa: BLE001 (left to compile on its own, which reports)
             log.debug("planning %s ahead failed", _describe(call), exc_info=True)
         groups.setdefault(key, []).append(call)
-    return list(groups.values())
+    return groups
 
 
-# Kernels compiling in background threads (compile_behind); the ops' first call of a
-# signature waits for them all, so no kernel is compiled twice, in two threads at once.
-_BEHIND: list[concurrent.futures.Future] = []
+def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
+    """``kernel_groups``' groups, in order."""
+    return list(kernel_groups(calls).values())
+
+
+# Kernels compiling in background threads (compile_behind), by kernel key: compile_calls
+# waits for one it needs, and the ops' first call of a signature waits for them all, so no
+# kernel is compiled twice, in two threads at once.
+_BEHIND: dict[tuple, concurrent.futures.Future] = {}
 _BEHIND_LOCK = threading.Lock()
 
 
@@ -87,28 +100,29 @@ def pending() -> bool:
 
 def compile_behind(calls: list[tuple], workers: int) -> int:
     """Start compiling the kernels of ``calls`` (``_compile_call``'s arguments) in up to
-    ``workers`` background threads, and return at once: the routing pass hands over the
-    sites it routed, so that their kernels compile while Inductor compiles the rest of the
-    graph, not one after another at the compiled graph's first call, one call per kernel
-    (``distinct_kernels``). Returns how many calls' kernels started compiling."""
+    ``workers`` background threads, and return at once, one call per kernel (``kernel_groups``;
+    a kernel compiling already is not started again): so that they compile while Dynamo's and
+    Inductor's compile goes on, not one after another later. Returns how many calls' kernels
+    are compiling."""
     if not calls:
         return 0
     for device in {call[0].device for call in calls}:
         ready_for_threads(device)
-    firsts = [group[0] for group in distinct_kernels(calls)]  # the others find theirs compiled
-    pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(firsts))),
-                                                 thread_name_prefix="inductor_mm_plugin-behind")  # fmt: skip
-    futures = [pool.submit(_compile_quietly, call) for call in firsts]
-    pool.shutdown(wait=False)  # the threads end when their calls are compiled
+    groups = kernel_groups(calls)
     with _BEHIND_LOCK:
-        _BEHIND.extend(futures)
+        todo = [key for key in groups if key not in _BEHIND]
+        if todo:
+            pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(todo))),
+                                                         thread_name_prefix="inductor_mm_plugin-behind")  # fmt: skip
+            _BEHIND.update({key: pool.submit(_compile_quietly, groups[key][0]) for key in todo})
+            pool.shutdown(wait=False)  # the threads end when their calls are compiled
     return len(calls)
 
 
 def join_behind() -> None:
     """Wait for the kernels compiling in the background (``compile_behind``)."""
     with _BEHIND_LOCK:
-        futures = _BEHIND[:]
+        futures = list(_BEHIND.values())
         _BEHIND.clear()
     concurrent.futures.wait(futures)
 
