@@ -443,21 +443,21 @@ def test_compile_calls_leaves_a_failing_call_to_its_first_real_call(monkeypatch,
     assert "compiling (3, 4)" in caplog.text and "no kernel for this one" in caplog.text
 
 
-def test_compile_behind_returns_at_once_and_the_first_call_waits_for_it(monkeypatch):
-    """The routed sites' kernels compile in the background while Inductor compiles on; the
-    ops' first call of a signature waits for them (no kernel compiled twice at once), and a
-    compile that fails there is quiet: the call compiles and runs as it always did."""
+def test_compile_behind_returns_at_once_and_a_first_call_waits_for_its_kernel(monkeypatch):
+    """Kernels compile in the background while Inductor compiles on; the ops' first call of a
+    kernel waits for that one (no kernel compiled twice at once), not for the others, and a
+    compile that failed there is quiet: the call compiles and runs as it always did."""
     import threading
 
     from inductor_mm_plugin.runtime import ahead
 
-    started, release, finished = threading.Event(), threading.Event(), []
+    started, release, finished = threading.Event(), {torch.float32: threading.Event(), torch.float16: threading.Event()}, []
 
     def slow(a, b, out, bias=None, beta=1, alpha=1):
         started.set()
-        assert release.wait(30)
-        finished.append(a.shape)
-        if a.shape[0] == 3:
+        assert release[a.dtype].wait(30)
+        finished.append(a.dtype)
+        if a.dtype == torch.float32:
             raise RuntimeError("no kernel for this one")
         return True
 
@@ -465,11 +465,14 @@ def test_compile_behind_returns_at_once_and_the_first_call_waits_for_it(monkeypa
     calls = [(x_of(3, 4), x_of(4, 5), x_of(3, 5), None, 1, 1), _half(x_of(2, 4), x_of(4, 5), x_of(2, 5), None, 1, 1)]
     assert ahead.compile_behind(calls, workers=2) == 2
     assert started.wait(30) and finished == []  # returned while the compiles run
-    threading.Timer(1.0, release.set).start()  # longer than the interpreted call below takes
+    threading.Timer(1.0, release[torch.float32].set).start()  # longer than the interpreted call below takes
     a, b = x_of(6, 4), x_of(4, 5)
-    out = inductor_mm_plugin.mm(a, b)  # a first call: waits for both, then runs
-    assert sorted(finished) == [(2, 4), (3, 4)] and not ahead._BEHIND
+    out = inductor_mm_plugin.mm(a, b)  # the fp32 kernel's first call: waits for it alone, then runs
+    assert finished == [torch.float32] and ahead.pending()
     torch.testing.assert_close(out, (a.double() @ b.double()).to(out.dtype), atol=1e-4, rtol=1e-4)
+    release[torch.float16].set()
+    inductor_mm_plugin.mm(a.half(), b.half())
+    assert finished == [torch.float32, torch.float16] and not ahead.pending()
     assert ahead.compile_behind([], workers=4) == 0
 
 

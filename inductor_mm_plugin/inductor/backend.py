@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import compat
+from . import compat, measure, predict
 from .lowering import register_lowerings
 from .options import PLUGIN_KEYS, PluginOptions, split_options
 from .records import reporting_cached_decisions
@@ -66,9 +66,23 @@ def backend(gm, example_inputs, *, mode: str | None = None, options: dict[str, A
     """The ``inductor_mm_plugin`` backend: stock Inductor plus the routing pass. Graphs
     loaded from Inductor's caches report the routing decisions they were compiled with
     (``records.reporting_cached_decisions``)."""
-    patches = config_patches(options, mode, root=root_from_dynamo() or RootInfo())
+    root = root_from_dynamo() or RootInfo()
+    patches = config_patches(options, mode, root=root)
+    compile_predicted(gm, patches[compat.PASS_SLOT].options, root, patches)
     with reporting_cached_decisions():  # AOTAutograd's cache loads forward and backward here
         return compat.compile_fx(gm, example_inputs, inner_compile=_inner_compile, config_patches=patches)
+
+
+def compile_predicted(gm, plugin: PluginOptions, root: RootInfo, patches: dict) -> None:
+    """Start compiling the kernels of the sites the graph will likely route, before AOTAutograd
+    traces it (``predict.py``), where the routing pass would compile them itself: measured
+    routing (``compete="auto"``, no plan) of every site (``select`` "all", or "auto" without
+    opted-in modules); CUDA sites only (``measure.compile_predicted``)."""
+    selects_all = plugin.select == "all" or (plugin.select == "auto" and not root.has_opted_in)
+    if plugin.compete != "auto" or plugin.plan is not None or not selects_all:
+        return
+    graphs = bool(patches.get("triton.cudagraphs", compat.inductor_config.triton.cudagraphs))
+    measure.compile_predicted(predict.predicted_sites(gm, graphs))
 
 
 def inductor_options(*, select="auto", compete: bool | str = "auto", **inductor_config: Any) -> dict[str, Any]:

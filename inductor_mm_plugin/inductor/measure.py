@@ -256,6 +256,33 @@ def compile_routed(sites: list[tuple[str, list[torch.Tensor], object, object, bo
         return 0
 
 
+def compile_predicted(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]) -> int:
+    """Start compiling, in the background, the plugin kernels of the CUDA sites a graph will
+    likely route (``predict.predicted_sites``), before AOTAutograd traces it: every site but
+    the shape table's sure losers and those a cached decision keeps on stock. The routing
+    pass then waits for them instead of compiling them (``runtime.compile_calls``). Returns
+    how many sites were started."""
+
+    def stays_on_stock(key, site) -> bool:
+        sure = _sure(*site)
+        if sure is not None:
+            return sure.verdict == "loses"
+        hit = _cached(key, site[1], site[4])
+        return hit is not None and not hit.faster
+
+    todo = _distinct(sites, skip=stays_on_stock)
+    if not todo:
+        return 0
+    from ..runtime import compile_behind
+
+    try:
+        with compat.unset_fake_temporarily(), torch.no_grad():
+            return compile_behind(_compile_args(todo), max(1, int(compat.inductor_config.compile_threads or 1)))
+    except Exception:  # noqa: BLE001 (see precompile)
+        log.info("compiling %d predicted sites' kernels ahead failed", len(todo), exc_info=True)
+        return 0
+
+
 def _distinct(sites, skip=lambda key, site: False) -> dict:
     """Signature -> (op, layouts, dtype, device, alpha, beta) of the CUDA sites with static
     layouts, one per signature, but those ``skip(signature, site)`` names."""

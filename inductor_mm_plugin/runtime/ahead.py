@@ -1,7 +1,8 @@
 """Compiling the plugin's kernels before their first call: side by side in threads and waited
 for (``compile_calls``: the routing pass's sites to be timed), or in the background
-(``compile_behind``: the sites it routed, while Inductor compiles the rest of the graph; the
-ops' first call of a signature waits for them, ``join_behind``). Either way one call per
+(``compile_behind``: the sites the backend predicts before AOTAutograd traces the graph, and
+those the routing pass routed, while Inductor compiles on; a call that needs one of them
+waits for it, ``wait_for``). Either way one call per
 distinct kernel (``kernel_groups``): the others find it compiled, and a kernel compiling in
 the background is waited for, not compiled again.
 
@@ -86,9 +87,9 @@ def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
     return list(kernel_groups(calls).values())
 
 
-# Kernels compiling in background threads (compile_behind), by kernel key: compile_calls
-# waits for one it needs, and the ops' first call of a signature waits for them all, so no
-# kernel is compiled twice, in two threads at once.
+# Kernels compiling in background threads (compile_behind), by kernel key: compile_calls and
+# the ops' first call of a kernel wait for the one they need (wait_for), so no kernel is
+# compiled twice, in two threads at once.
 _BEHIND: dict[tuple, concurrent.futures.Future] = {}
 _BEHIND_LOCK = threading.Lock()
 
@@ -127,11 +128,26 @@ def join_behind() -> None:
     concurrent.futures.wait(futures)
 
 
+def wait_for(key: tuple) -> None:
+    """Wait for the kernel of this key if it is compiling in the background: a call about to
+    compile it would compile it a second time. Nothing in the background threads themselves."""
+    if getattr(_THREAD, "behind", False):
+        return
+    with _BEHIND_LOCK:
+        future = _BEHIND.pop(key, None)
+    if future is not None:
+        future.result()
+
+
+_THREAD = threading.local()  # .behind: this thread compiles in the background
+
+
 def _call_args(a, b, out, bias=None, beta=1, alpha=1) -> tuple:
     return a, b, out, bias, beta, alpha
 
 
 def _compile_quietly(call) -> bool:
+    _THREAD.behind = threading.current_thread().name.startswith("inductor_mm_plugin-behind")
     try:
         with torch.no_grad():
             return _compile_call(*call)

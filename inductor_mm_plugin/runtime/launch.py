@@ -155,6 +155,8 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
             _PLANS[key] = plan
         if plan_only:
             return plan
+        if ahead.pending() and plan.compiled is None:
+            ahead.wait_for(plan.kernel_key(a, b, kernel_out, bias))  # compiling in the background?
         if compile_only:
             plan.compile(a, b, kernel_out, bias)
             return plan
@@ -315,8 +317,6 @@ def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha).contiguous()
     res = a.new_empty((*a.shape[:-1], b.shape[-1])) if out is None else out
     if res.numel():
-        if ahead.pending():
-            ahead.join_behind()  # this call's kernel may be one of them
         expanded = None if bias is None else bias.expand(res.shape)
         plan = launch(a, b, res, expanded, beta, alpha)
         if key is not None and plan.compiled is not None:

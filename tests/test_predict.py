@@ -1,0 +1,101 @@
+"""inductor/predict.py: the matmul sites predicted from Dynamo's graph, before AOTAutograd, are
+the routing pass's own sites (same op, sizes, strides, offsets, dtype: one signature), forward
+and backward; and the backend starts compiling them only where the routing pass would time
+or route them."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import DEVICE
+
+from inductor_mm_plugin.inductor import compat, measure, predict, routing
+
+
+class Block(nn.Module):
+    """Linears with and without bias on 3-D input, a product with a bare weight, attention's
+    two batched products on transposed views."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(64, 128)
+        self.down = nn.Linear(128, 64, bias=False)
+        self.proj = nn.Parameter(torch.randn(64, 32) / 8)
+
+    def forward(self, x):
+        y = self.down(F.gelu(self.up(x)))
+        q = y.view(2, 8, 4, 16).transpose(1, 2)
+        att = torch.softmax(q @ q.transpose(-1, -2), dim=-1) @ q
+        return y @ self.proj, att
+
+
+def _signatures(sites):
+    return {measure.signature(op, vals, alpha, beta, graphs) for op, vals, alpha, beta, graphs in sites}
+
+
+@pytest.fixture
+def sites_seen(monkeypatch):
+    """What the backend predicted, and the sites the routing pass measured (its CPU sites
+    counted as CUDA ones; nothing timed, nothing routed)."""
+    seen = {"predicted": [], "routed_pass": []}
+    torch._dynamo.reset()
+    monkeypatch.setattr(measure, "compile_predicted", lambda sites: seen["predicted"].extend(sites) or 0)
+    monkeypatch.setattr(routing, "_on_cuda", lambda node: True)
+    monkeypatch.setattr(measure, "precompile", lambda sites: seen["routed_pass"].extend(sites) or 0)
+    monkeypatch.setattr(measure, "decide", lambda *site: (False, "not measured in this test", None))
+    monkeypatch.setattr(measure, "compile_routed", lambda sites: 0)
+    with compat.fresh_inductor_cache():  # the routing pass runs: no graph from Inductor's cache
+        yield seen
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_predicted_sites_are_the_routing_passes_sites(sites_seen, train):
+    torch.manual_seed(0)
+    model, x = Block().to(DEVICE), torch.randn(2, 8, 64, device=DEVICE)
+    compiled = torch.compile(model, backend="inductor_mm_plugin", options={"select": "all"})
+    with torch.set_grad_enabled(train):
+        out, att = compiled(x)
+        if train:
+            (out.sum() + att.sum()).backward()
+    predicted, actual = _signatures(sites_seen["predicted"]), _signatures(sites_seen["routed_pass"])
+    assert None not in predicted and predicted <= actual, predicted - actual  # nothing compiled in vain
+    # Every linear and weight product predicted, forward and backward: only the backward's
+    # batched products (softmax's and the transposes' gradients) are not.
+    missed = [s for s in actual - predicted if not s.split("|")[1] == "bmm"]
+    assert not missed, missed
+    assert len(predicted) == (10 if train else 5)
+
+
+def test_symbolic_sizes_are_not_predicted(sites_seen):
+    """With dynamic shapes the linears' rows are symbolic: not predicted (an operation on them
+    could add a guard to Dynamo's shape env). The attention products' view fixes their sizes."""
+    compiled = torch.compile(Block().to(DEVICE), backend="inductor_mm_plugin", options={"select": "all"}, dynamic=True)
+    with torch.no_grad():
+        compiled(torch.randn(2, 8, 64, device=DEVICE))
+    assert [site[0] for site in sites_seen["predicted"]] == ["bmm", "bmm"]
+    assert _signatures(sites_seen["predicted"]) <= _signatures(sites_seen["routed_pass"])
+
+
+@pytest.mark.parametrize("options", [{"select": "opted_in"}, {"compete": False}, {"compete": True}])
+def test_nothing_is_predicted_where_the_routing_pass_would_not_measure(sites_seen, options):
+    with torch.no_grad():
+        torch.compile(Block().to(DEVICE), backend="inductor_mm_plugin", options=options)(torch.randn(2, 8, 64, device=DEVICE))
+    assert sites_seen["predicted"] == []
+
+
+def test_compile_predicted_skips_what_stays_on_stock(monkeypatch):
+    """Sure losers and sites whose cached decision keeps stock are not compiled; sure winners,
+    routed decisions and sites still to be timed are."""
+    started = []
+    monkeypatch.setattr(measure, "_on_cuda", lambda vals: True)
+    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_behind",
+                        lambda calls, workers: started.extend(c[0].shape[0] for c in calls) or len(calls))  # fmt: skip
+    verdicts = {1: "loses", 2: "wins"}
+    monkeypatch.setattr(measure, "_sure", lambda op, vals, alpha, beta, graphs: (
+        type("Sure", (), {"verdict": verdicts[vals[0].shape[0]]})() if vals[0].shape[0] in verdicts else None))
+    faster = {3: True, 4: False}
+    monkeypatch.setattr(measure, "_cached", lambda key, vals, graphs: (
+        type("Hit", (), {"faster": faster[vals[0].shape[0]]})() if vals[0].shape[0] in faster else None))
+    sites = [("mm", [torch.randn(m, 16), torch.randn(16, 8)], 1, 1, True) for m in (1, 2, 3, 4, 5)]
+    assert measure.compile_predicted(sites) == 3
+    assert sorted(started) == [2, 3, 5]
