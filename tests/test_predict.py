@@ -99,3 +99,27 @@ def test_compile_predicted_skips_what_stays_on_stock(monkeypatch):
     sites = [("mm", [torch.randn(m, 16), torch.randn(16, 8)], 1, 1, True) for m in (1, 2, 3, 4, 5)]
     assert measure.compile_predicted(sites) == 3
     assert sorted(started) == [2, 3, 5]
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_routing_pass_compiles_no_predicted_kernel_again(monkeypatch, tmp_path, fresh_state):
+    """A cold compile (no cached decision; every site timed) of an MLP, forward and backward:
+    each kernel compiled ahead is compiled by a background thread started at the backend's
+    entry or after routing, none by the routing pass's own threads, and the model is right."""
+    import threading
+
+    from inductor_mm_plugin.runtime import ahead
+
+    monkeypatch.setenv("INDUCTOR_MM_PLUGIN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measure, "_sure", lambda *site: None)  # every site timed
+    threads, real = [], ahead._compile_call
+    monkeypatch.setattr(ahead, "_compile_call", lambda *call: threads.append(threading.current_thread().name) or real(*call))
+    model = nn.Sequential(nn.Linear(1024, 2048), nn.GELU(), nn.Linear(2048, 512)).to("cuda", torch.bfloat16)
+    x = torch.randn(384, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch._dynamo.reset()
+    with compat.fresh_inductor_cache():
+        out = torch.compile(model, backend="inductor_mm_plugin")(x)
+        out.float().square().sum().backward()
+    assert threads and all(name.startswith("inductor_mm_plugin-behind") for name in threads), threads
+    ref = model.double()(x.double())
+    torch.testing.assert_close(out.double(), ref, atol=5e-2, rtol=5e-2)
