@@ -68,16 +68,18 @@ def routing_clock():
     (``decide_s``), and within it the first call of each plugin kernel (``first_calls_s``:
     what was not compiled ahead, and the launch plan), for ``routing``: decide_s,
     first_calls_s, precompile_s, sites, timed (sites measured), precompiled (kernels compiled ahead),
-    behind (routed sites whose kernels compile in the background, ``measure.compile_routed``);
+    behind (routed sites whose kernels compile in the background, ``measure.compile_routed``),
+    predicted (sites predicted at the backend's entry and compiled behind, ``measure.compile_predicted``);
     and each kernel compiled ahead, in whichever thread (``kernel_compiles``, the longest
     ``kernel_compile_max_s`` and their sum ``kernel_compile_sum_s``: a precompile_s near the
     sum says the threads took turns, near the longest that they ran side by side)."""
     from inductor_mm_plugin.inductor import measure
 
     spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0, "precompiled": 0,
-             "behind": 0, "kernel_compiles": 0, "kernel_compile_max_s": 0.0, "kernel_compile_sum_s": 0.0}  # fmt: skip
+             "behind": 0, "predicted": 0, "kernel_compiles": 0, "kernel_compile_max_s": 0.0,
+             "kernel_compile_sum_s": 0.0}  # fmt: skip
     decide, measure_fn, call, precompile = measure.decide, measure.measure, measure._call, measure.precompile
-    compile_routed = measure.compile_routed
+    compile_routed, compile_predicted = measure.compile_routed, measure.compile_predicted
     from inductor_mm_plugin.runtime import ahead
 
     compile_call, compiles = ahead._compile_call, []
@@ -117,6 +119,11 @@ def routing_clock():
         spent["behind"] += n
         return n
 
+    def counted_predicted(sites):
+        n = compile_predicted(sites)
+        spent["predicted"] += n
+        return n
+
     def counted_measure(*args, **kwargs):
         spent["timed"] += 1
         return measure_fn(*args, **kwargs)
@@ -137,12 +144,14 @@ def routing_clock():
 
     measure.decide, measure.measure, measure._call = timed_decide, counted_measure, first_call_timed
     measure.precompile, measure.compile_routed = counted_precompile, counted_behind
+    measure.compile_predicted = counted_predicted
     ahead._compile_call = timed_compile_call
     try:
         yield spent
     finally:
         measure.decide, measure.measure, measure._call, measure.precompile = decide, measure_fn, call, precompile
         measure.compile_routed, ahead._compile_call = compile_routed, compile_call
+        measure.compile_predicted = compile_predicted
         ahead.join_behind()  # (the step's first call joined them already)
         spent.update(kernel_compiles=len(compiles), kernel_compile_max_s=max(compiles, default=0.0),
                      kernel_compile_sum_s=sum(compiles))  # fmt: skip

@@ -223,6 +223,7 @@ def test_models_routing_clock_counts_what_a_compile_timed_and_compiled(monkeypat
 
     monkeypatch.setattr(measure, "precompile", lambda sites: len(sites))
     monkeypatch.setattr(measure, "compile_routed", lambda sites: len(sites) - 1)
+    monkeypatch.setattr(measure, "compile_predicted", lambda sites: 2 * len(sites))
     monkeypatch.setattr(measure, "measure", lambda *args, **kwargs: "timed")
     from inductor_mm_plugin.runtime import ahead
 
@@ -230,10 +231,12 @@ def test_models_routing_clock_counts_what_a_compile_timed_and_compiled(monkeypat
     with _compiling.routing_clock() as spent:
         measure.precompile([1, 2, 3])
         measure.compile_routed([1, 2])
+        measure.compile_predicted([1, 2])
         measure.measure("mm")
         fp16 = [x_of(2, 3).half(), x_of(3, 2).half(), x_of(2, 2).half()]  # another kernel than fp32's
         ahead.compile_calls([(x_of(2, 3), x_of(3, 2), x_of(2, 2)), (*fp16, None, 1)], 2)
-    assert (spent["precompiled"], spent["behind"], spent["timed"]) == (3, 1, 1) and spent["precompile_s"] >= 0
+    assert (spent["precompiled"], spent["behind"], spent["predicted"], spent["timed"]) == (3, 1, 4, 1)
+    assert spent["precompile_s"] >= 0
     assert spent["kernel_compiles"] == 2 and 0.04 <= spent["kernel_compile_max_s"] < spent["kernel_compile_sum_s"]
     assert measure.compile_routed([1, 2]) == 1 and measure.measure() == "timed"  # put back as they were
 

@@ -95,8 +95,14 @@ _BEHIND_LOCK = threading.Lock()
 
 
 def pending() -> bool:
-    """Whether background compiles were started and not yet waited for."""
-    return bool(_BEHIND)
+    """Whether a background compile is still running (those done are forgotten here: a
+    kernel they compiled is in Triton's cache)."""
+    if not _BEHIND:
+        return False
+    with _BEHIND_LOCK:
+        for key in [key for key, future in _BEHIND.items() if future.done()]:
+            del _BEHIND[key]
+        return bool(_BEHIND)
 
 
 def compile_behind(calls: list[tuple], workers: int) -> int:
