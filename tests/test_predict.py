@@ -83,6 +83,23 @@ def test_nothing_is_predicted_where_the_routing_pass_would_not_measure(sites_see
     assert sites_seen["predicted"] == []
 
 
+def test_vectors_and_other_calls_are_not_predicted():
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(predict.predicted_sites(gm, graphs=False))
+        return gm.forward
+
+    w, v = torch.randn(32, 16), torch.randn(16)
+    torch._dynamo.reset()
+    torch.compile(lambda a: (F.linear(a, w) + 1, w @ a, torch.dot(a, a)), backend=backend)(v)
+    assert seen == []
+    torch._dynamo.reset()
+    bias = torch.randn(16)
+    torch.compile(lambda a: torch.addmm(bias, a.t(), w, beta=2), backend=backend)(torch.randn(32, 16))
+    assert [(op, alpha, beta) for op, vals, alpha, beta, graphs in seen] == [("addmm", 1, 2)]
+
+
 def test_compile_predicted_skips_what_stays_on_stock(monkeypatch):
     """Sure losers and sites whose cached decision keeps stock are not compiled; sure winners,
     routed decisions and sites still to be timed are."""

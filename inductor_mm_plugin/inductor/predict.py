@@ -65,6 +65,8 @@ def _sites_of(node: torch.fx.Node, training: bool) -> list[tuple]:
         bias, a, b = args[:3]
         return [("addmm", [bias, a, b], node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1))]
     x, w = (t if t is None or t.dtype == out.dtype else t.to(out.dtype) for t in args[:2])  # autocast
+    if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or min(x.dim(), w.dim()) < 2:
+        return []  # a vector takes mv or a dot product, not a matmul site
     if kind == "linear":
         b = args[2] if len(args) > 2 else _value(node.kwargs.get("bias"))
         b = b if b is None or b.dtype == out.dtype else b.to(out.dtype)
