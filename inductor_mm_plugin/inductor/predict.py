@@ -17,7 +17,9 @@ static sizes only (an operation on a symbolic size could add a guard to Dynamo's
 * when grad mode is on and the result needs a gradient: the backward's ``grad @ w`` (for
   ``x``) and ``grad.t() @ x2`` (for ``w``), ``grad`` a contiguous (M, N) tangent;
 * ``a @ b`` with both 3-D or more: ``bmm`` over the broadcast batch, each operand reshaped;
-* ``torch.addmm``, ``torch.mm`` and ``torch.bmm`` as called.
+* ``torch.addmm``, ``torch.mm`` and ``torch.bmm`` as called;
+* no product of vectors (mv, dot), and none over K = 1 (Llama's rotary frequencies), which
+  Inductor may turn into a pointwise multiply.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def _sites_of(node: torch.fx.Node, training: bool) -> list[tuple]:
     x, w = (t if t is None or t.dtype == out.dtype else t.to(out.dtype) for t in args[:2])  # autocast
     if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or min(x.dim(), w.dim()) < 2:
         return []  # a vector takes mv or a dot product, not a matmul site
+    if x.shape[-1] == 1:
+        return []  # Inductor may make a product over K = 1 a pointwise multiply (torch 2.13 does)
     if kind == "linear":
         b = args[2] if len(args) > 2 else _value(node.kwargs.get("bias"))
         b = b if b is None or b.dtype == out.dtype else b.to(out.dtype)
