@@ -76,3 +76,25 @@ def test_gpu_torch_compile_of_a_transformers_model():
     plugin, _ = count_calls(codes)
     assert plugin >= 2 * 6 + 1, count_calls(codes)
     torch.testing.assert_close(out.float(), want.float(), rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["prefill", "training"])
+def test_gpu_predicted_sites_are_a_llamas_routing_pass_sites(monkeypatch, train):
+    """The sites predicted from Dynamo's graph of a transformers Llama (bf16, CUDA), forward
+    and backward, are exactly the routing pass's sites: each signature in both sets."""
+    from inductor_mm_plugin.inductor import measure
+
+    seen = {"predicted": [], "routing pass": []}
+    monkeypatch.setattr(measure, "compile_predicted", lambda sites: seen["predicted"].extend(sites) or 0)
+    monkeypatch.setattr(measure, "precompile", lambda sites: seen["routing pass"].extend(sites) or 0)
+    monkeypatch.setattr(measure, "decide", lambda *site: (False, "not measured in this test", None))
+    monkeypatch.setattr(measure, "_sure", lambda *site: None)
+    model = tiny_llama().cuda().to(torch.bfloat16)
+    ids = torch.randint(0, 256, (4, 32), device="cuda")
+    torch._dynamo.reset()
+    with fresh_cache(), torch.set_grad_enabled(train):
+        out = torch.compile(model, backend="inductor_mm_plugin")(input_ids=ids, labels=ids if train else None)
+        if train:
+            out.loss.backward()
+    signatures = {k: {measure.signature(*site) for site in v} for k, v in seen.items()}
+    assert signatures["predicted"] == signatures["routing pass"] and len(signatures["predicted"]) >= 4, signatures
