@@ -81,7 +81,9 @@ def test_gpu_torch_compile_of_a_transformers_model():
 @pytest.mark.parametrize("train", [False, True], ids=["prefill", "training"])
 def test_gpu_predicted_sites_are_a_llamas_routing_pass_sites(monkeypatch, train):
     """The sites predicted from Dynamo's graph of a transformers Llama (bf16, CUDA), forward
-    and backward, are exactly the routing pass's sites: each signature in both sets."""
+    and backward, are the routing pass's sites: each predicted signature is one of them, and
+    each of theirs is predicted but products over K = 1 (the rotary frequencies, which torch
+    2.13's Inductor makes pointwise and 2.11's leaves to cuBLAS)."""
     from inductor_mm_plugin.inductor import measure
 
     seen = {"predicted": [], "routing pass": []}
@@ -96,5 +98,7 @@ def test_gpu_predicted_sites_are_a_llamas_routing_pass_sites(monkeypatch, train)
         out = torch.compile(model, backend="inductor_mm_plugin")(input_ids=ids, labels=ids if train else None)
         if train:
             out.loss.backward()
-    signatures = {k: {measure.signature(*site) for site in v} for k, v in seen.items()}
-    assert signatures["predicted"] == signatures["routing pass"] and len(signatures["predicted"]) >= 4, signatures
+    predicted = {measure.signature(*site) for site in seen["predicted"]}
+    k_of = {measure.signature(*site): site[1][-2].shape[-1] for site in seen["routing pass"]}
+    assert predicted <= k_of.keys() and len(predicted) >= 4, predicted - k_of.keys()
+    assert all(k_of[s] == 1 for s in k_of.keys() - predicted), k_of.keys() - predicted
