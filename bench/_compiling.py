@@ -288,6 +288,8 @@ def add_compile_rounds(rows: list[dict], cold: dict, warm: dict) -> None:
     ``warm_compile_ratio``)."""
     by_arm = {row["arm"]: row for row in rows}
     for row in rows:
+        if row["arm"] not in cold:
+            continue  # an arm without compile rounds (the stock_again control)
         row["compile_s_rounds"] = [round(t, 2) for t in cold[row["arm"]]]
         row["compile_s"] = median(cold[row["arm"]])
         if warm:
@@ -295,7 +297,7 @@ def add_compile_rounds(rows: list[dict], cold: dict, warm: dict) -> None:
             row["warm_compile_s"] = median(warm[row["arm"]])
     for row in rows:  # per round, against the baseline's compile of the same round
         base = by_arm.get(BASELINE.get(row["arm"], ""))
-        if base is not None:
+        if base is not None and "compile_s_rounds" in row:
             for field in ("compile_s_rounds", "warm_compile_s_rounds"):
                 if field in row:
                     ratio = median([ours / theirs for ours, theirs in zip(row[field], base[field])])
@@ -317,7 +319,9 @@ def timed_compiles(rows: list[dict], client, arms: list[str], device: str, n: in
     shared one cache dir, so they are not cold), added to its ``rows`` (``add_compile_rounds``, ``cold_phases_s``/``warm_phases_s``, and the
     plugin arms' ``cold_routing_rounds``/``warm_routing_rounds``), and
     the plugin arm's largest gaps over its baseline's printed. Each compile resets Dynamo,
-    which drops the arms' compiled code."""
+    which drops the arms' compiled code. The control ``stock_again`` has no compile rounds:
+    its first compile was a cache hit on stock's, and its compile time no target."""
+    arms = [arm for arm in arms if arm != "stock_again"]
     cold, cold_phases, cold_routing = compile_rounds(client, arms, device, n, cold=True, flip=not flip)
     warm_times, warm_phases, warm_routing = (compile_rounds(client, arms, device, n, cold=False, flip=flip)
                                              if warm else ({}, {}, {}))  # fmt: skip
