@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
-_LINEAR = {torch._C._nn.linear, F.linear}
+_LINEAR = {F.linear}  # torch._C._nn.linear itself, as Dynamo records it
 _MATMUL = {torch.matmul, operator.matmul, torch.mm, torch.bmm}
 _MATMUL_METHODS = {"matmul", "__matmul__", "mm", "bmm"}
 
