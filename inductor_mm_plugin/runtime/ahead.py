@@ -48,7 +48,7 @@ def compile_calls(calls: list[tuple], workers: int) -> int:
         ready_for_threads(device)
     groups = kernel_groups(calls)
     with _BEHIND_LOCK:
-        behind = {key: _BEHIND.pop(key) for key in list(groups) if key in _BEHIND}
+        behind = {key: _BEHIND[key] for key in groups if key in _BEHIND}
     todo = [key for key in groups if key not in behind]
     with concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="inductor_mm_plugin") as pool:
         done = dict(zip(todo, pool.map(_compile_quietly, [groups[key][0] for key in todo])))
@@ -87,22 +87,19 @@ def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
     return list(kernel_groups(calls).values())
 
 
-# Kernels compiling in background threads (compile_behind), by kernel key: compile_calls and
-# the ops' first call of a kernel wait for the one they need (wait_for), so no kernel is
-# compiled twice, in two threads at once.
+# Kernels compiled or compiling in background threads (compile_behind), by kernel key, until
+# the plans are cleared (reset()): compile_calls and the ops' first call of a kernel wait for
+# the one they need (wait_for), and a kernel done there is not compiled again.
 _BEHIND: dict[tuple, concurrent.futures.Future] = {}
 _BEHIND_LOCK = threading.Lock()
 
 
 def pending() -> bool:
-    """Whether a background compile is still running (those done are forgotten here: a
-    kernel they compiled is in Triton's cache)."""
+    """Whether a background compile is still running."""
     if not _BEHIND:
         return False
     with _BEHIND_LOCK:
-        for key in [key for key, future in _BEHIND.items() if future.done()]:
-            del _BEHIND[key]
-        return bool(_BEHIND)
+        return not all(future.done() for future in _BEHIND.values())
 
 
 def compile_behind(calls: list[tuple], workers: int) -> int:
@@ -140,7 +137,7 @@ def wait_for(key: tuple) -> None:
     if getattr(_THREAD, "behind", False):
         return
     with _BEHIND_LOCK:
-        future = _BEHIND.pop(key, None)
+        future = _BEHIND.get(key)
     if future is not None:
         future.result()
 
