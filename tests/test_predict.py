@@ -114,6 +114,7 @@ def test_compile_predicted_skips_what_stays_on_stock(monkeypatch):
     monkeypatch.setattr(measure, "_cached", lambda key, vals, graphs: (
         type("Hit", (), {"faster": faster[vals[0].shape[0]]})() if vals[0].shape[0] in faster else None))
     sites = [("mm", [torch.randn(m, 16), torch.randn(16, 8)], 1, 1, True) for m in (1, 2, 3, 4, 5)]
+    sites.append(("mm", [torch.randn(6, 16, dtype=torch.float64), torch.randn(16, 8, dtype=torch.float64)], 1, 1, True))
     assert measure.compile_predicted(sites) == 3
     assert sorted(started) == [2, 3, 5]
 

@@ -263,7 +263,11 @@ def compile_predicted(sites: list[tuple[str, list[torch.Tensor], object, object,
     pass then waits for them instead of compiling them (``runtime.compile_calls``). Returns
     how many sites were started."""
 
+    from ..runtime import SUPPORTED_DTYPES
+
     def stays_on_stock(key, site) -> bool:
+        if any(v.dtype not in SUPPORTED_DTYPES for v in site[1]):
+            return True  # aten's (float64, integers): never the plugin's kernel
         sure = _sure(*site)
         if sure is not None:
             return sure.verdict == "loses"
