@@ -5,6 +5,7 @@ the GPU for real), and the interface around plans (``clear_plans``, ``chosen_con
 ``warmup``)."""
 
 import dataclasses
+import importlib
 
 import pytest
 import torch
@@ -416,3 +417,47 @@ def test_warmup_then_capture_runs_the_warmed_config():
     torch.cuda.synchronize()
     assert_matmul_close(out, a, b)
     assert runtime.chosen_config(a, b) == cfg
+
+
+def _triton_specialization(plan, a, b, out, bias):
+    """What Triton's JIT keys this plan's kernel by for sm_90 (triton 3.6-3.7 runtime/jit.py:
+    the binder's specialization of each argument, and the options): computed on the CPU, the
+    kernel's source compiled by nothing."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    fn = plan.kernel.fn
+    jit = JITFunction(fn, do_not_specialize=["num_programs"] if "num_programs" in plan.kernel.arg_names else None)
+    binder = create_function_from_signature(jit.signature, jit.params, make_backend(GPUTarget("cuda", 90, 32)))
+    args = plan.args(*plan.operands(a, b, copy=False), out, bias, 1.0, 1.0)
+    _, specialization, options = binder(*args, num_warps=plan.cfg.num_warps, num_stages=plan.cfg.num_stages)
+    return fn.__name__, repr(specialization), repr(sorted(options.items()))
+
+
+def test_kernel_key_is_tritons_own_key_for_the_plan():
+    """Plan.kernel_key (which the compile-ahead paths group calls by) agrees with Triton's
+    binder on every pair of these calls: equal keys, one compiled kernel; different keys,
+    two. Sizes on and off multiples of 16 and 1, both dtypes, transposed operands, a bias,
+    and an A off 16-byte alignment."""
+    import itertools
+
+    launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")
+    gen = torch.Generator().manual_seed(0)
+    calls = []
+    for (M, N, K), dtype, b_t, a_t, bias, offset in itertools.product(
+        [(40, 64, 48), (44, 64, 48), (48, 64, 48), (1, 64, 48), (40, 72, 56), (33, 65, 47), (16, 128, 256)],
+        [torch.float16, torch.float32], [False, True], [False, True], [False, True], [0, 1],
+    ):  # fmt: skip
+        if offset and (a_t or bias):
+            continue
+        storage = torch.randn(M * K + offset, generator=gen).to(dtype)
+        a = storage[offset:].view(K, M).t() if a_t else storage[offset:].view(M, K)
+        b = torch.randn(N, K, generator=gen).to(dtype).t() if b_t else torch.randn(K, N, generator=gen).to(dtype)
+        out = torch.empty(M, N, dtype=dtype)
+        bias_t = torch.randn(N, generator=gen).to(dtype).expand(M, N) if bias else None
+        plan = launch_module.launch(a, b, out, bias_t, 1, 1, plan_only=True)
+        calls.append((plan.kernel_key(a, b, out, bias_t), _triton_specialization(plan, a, b, out, bias_t)))
+    assert len({key for key, _ in calls}) > 10  # many kernels among them
+    for (key1, triton1), (key2, triton2) in itertools.combinations(calls, 2):
+        assert (key1 == key2) == (triton1 == triton2), (triton1, triton2)
