@@ -141,3 +141,36 @@ def test_on_cuda_the_routing_pass_compiles_no_predicted_kernel_again(monkeypatch
     assert threads and all(name.startswith("inductor_mm_plugin-behind") for name in threads), threads
     ref = model.double()(x.double())
     torch.testing.assert_close(out.double(), ref, atol=5e-2, rtol=5e-2)
+
+
+def test_compile_ahead_end_to_end_on_the_cpu(monkeypatch, fresh_state):
+    """The whole path with the interpreter standing in for the GPU (CPU sites counted as CUDA
+    ones, every site routed untimed): the predicted kernels compile in background threads,
+    the routing pass and the compiled graph's first calls wait for them and compile none
+    themselves, forward and backward, and the results are right."""
+    import threading
+
+    from inductor_mm_plugin.runtime import ahead
+
+    threads, real = [], ahead._compile_call
+    monkeypatch.setattr(ahead, "_compile_call", lambda *call: threads.append(threading.current_thread().name) or real(*call))
+    monkeypatch.setattr(measure, "_on_cuda", lambda vals: True)
+    monkeypatch.setattr(routing, "_on_cuda", lambda node: True)
+    monkeypatch.setattr(measure, "_sure", lambda *site: None)
+    monkeypatch.setattr(measure, "_cached", lambda *site: None)
+    monkeypatch.setattr(measure, "decide", lambda *site: (True, "", None))
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 16)).to(DEVICE)
+    x = torch.randn(24, 32, device=DEVICE, requires_grad=True)
+    with compat.fresh_inductor_cache(), compat.inductor_config.patch(compile_threads=4):
+        out = torch.compile(model, backend="inductor_mm_plugin", options={"select": "all"})(x)
+        out.square().sum().backward()
+    assert threads and all(name.startswith("inductor_mm_plugin-behind") for name in threads), threads
+    assert not ahead.pending()
+    grad = x.grad.clone()
+    x.grad = None
+    ref = model(x)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(grad, x.grad, atol=1e-4, rtol=1e-4)
