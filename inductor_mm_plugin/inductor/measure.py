@@ -242,18 +242,7 @@ def compile_routed(sites: list[tuple[str, list[torch.Tensor], object, object, bo
     one after another (a compile whose decisions were cached times nothing, so nothing
     compiled them before). Kernels this process compiled already are found in Triton's cache
     at once. Returns how many sites were started."""
-    todo = _distinct(sites)
-    if not todo:
-        return 0
-    from ..runtime import compile_behind
-
-    try:
-        with compat.unset_fake_temporarily(), torch.no_grad():
-            return compile_behind(_compile_args(todo), max(1, int(compat.inductor_config.compile_threads or 1)))
-    except Exception:  # noqa: BLE001 (see precompile)
-        log.info("compiling %d routed sites' kernels ahead failed; each compiles at its first call", len(todo),
-                 exc_info=True)  # fmt: skip
-        return 0
+    return _behind(_distinct(sites), "routed")
 
 
 def compile_predicted(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]) -> int:
@@ -262,7 +251,6 @@ def compile_predicted(sites: list[tuple[str, list[torch.Tensor], object, object,
     the shape table's sure losers and those a cached decision keeps on stock. The routing
     pass then waits for them instead of compiling them (``runtime.compile_calls``). Returns
     how many sites were started."""
-
     from ..runtime import SUPPORTED_DTYPES
 
     def stays_on_stock(key, site) -> bool:
@@ -274,7 +262,11 @@ def compile_predicted(sites: list[tuple[str, list[torch.Tensor], object, object,
         hit = _cached(key, site[1], site[4])
         return hit is not None and not hit.faster
 
-    todo = _distinct(sites, skip=stays_on_stock)
+    return _behind(_distinct(sites, skip=stays_on_stock), "predicted")
+
+
+def _behind(todo: dict, what: str) -> int:
+    """``runtime.compile_behind`` for ``_distinct``'s sites, up to Inductor's compile_threads."""
     if not todo:
         return 0
     from ..runtime import compile_behind
@@ -282,8 +274,9 @@ def compile_predicted(sites: list[tuple[str, list[torch.Tensor], object, object,
     try:
         with compat.unset_fake_temporarily(), torch.no_grad():
             return compile_behind(_compile_args(todo), max(1, int(compat.inductor_config.compile_threads or 1)))
-    except Exception:  # noqa: BLE001 (see precompile)
-        log.info("compiling %d predicted sites' kernels ahead failed", len(todo), exc_info=True)
+    except Exception:  # noqa: BLE001 (compiling ahead only saves time: each kernel compiles at its first call)
+        log.info("compiling %d %s sites' kernels ahead failed; each compiles at its first call", len(todo), what,
+                 exc_info=True)  # fmt: skip
         return 0
 
 
