@@ -25,6 +25,11 @@ The rule, as the README states it:
 
 Decisions are cached in memory and on disk (``RoutingCache``), keyed by GPU, versions, kernel
 source and the site's signature, so a second compile measures nothing.
+
+The sites' kernels are compiled ahead (``runtime/ahead.py`` does the compiling): those a graph
+will likely route, in the background from the backend's entry (``compile_predicted``); those
+about to be timed, side by side before the timing (``precompile``); and those routed, in the
+background after the pass (``compile_routed``).
 """
 
 from __future__ import annotations
