@@ -174,3 +174,31 @@ def test_compile_ahead_end_to_end_on_the_cpu(monkeypatch, fresh_state):
     ref.square().sum().backward()
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(grad, x.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_the_backend_returns_with_no_kernel_compiling(monkeypatch):
+    """A background compile the compiled graph never waits for (a wrong prediction, a backward
+    never run) is waited for before the backend returns: none is left to meet a CUDA graph
+    the caller captures next."""
+    import time
+
+    from inductor_mm_plugin.runtime import ahead
+
+    done = []
+
+    def slow(*call):
+        time.sleep(0.5)
+        done.append(time.perf_counter())
+        return True
+
+    def compile_fx(gm, example_inputs, **kwargs):  # Inductor's compile, instant; a kernel still compiling
+        ahead.compile_behind([(torch.randn(4, 4), torch.randn(4, 4), torch.empty(4, 4))], workers=1)
+        return gm.forward
+
+    monkeypatch.setattr(ahead, "_compile_call", slow)
+    monkeypatch.setattr(compat, "compile_fx", compile_fx)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(nn.Linear(8, 8).to(DEVICE), backend="inductor_mm_plugin")(torch.randn(2, 8, device=DEVICE))
+    returned = time.perf_counter()
+    assert done and done[0] <= returned and not ahead.pending()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime import wait_all
 from . import compat, measure, predict
 from .lowering import register_lowerings
 from .options import PLUGIN_KEYS, PluginOptions, split_options
@@ -69,8 +70,11 @@ def backend(gm, example_inputs, *, mode: str | None = None, options: dict[str, A
     root = root_from_dynamo() or RootInfo()
     patches = config_patches(options, mode, root=root)
     compile_predicted(gm, patches[compat.PASS_SLOT].options, root, patches)
-    with reporting_cached_decisions():  # AOTAutograd's cache loads forward and backward here
-        return compat.compile_fx(gm, example_inputs, inner_compile=_inner_compile, config_patches=patches)
+    try:
+        with reporting_cached_decisions():  # AOTAutograd's cache loads forward and backward here
+            return compat.compile_fx(gm, example_inputs, inner_compile=_inner_compile, config_patches=patches)
+    finally:
+        wait_all()  # no kernel still compiling once the caller has the compiled graph
 
 
 def compile_predicted(gm, plugin: PluginOptions, root: RootInfo, patches: dict) -> None:

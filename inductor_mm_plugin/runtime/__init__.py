@@ -17,7 +17,7 @@ and those it routed with ``compile_behind`` (in the background, while Inductor c
 """
 
 from .checks import SUPPORTED_DTYPES, KernelFallbackWarning, kernel_unsupported_reason
-from .ahead import compile_behind, compile_calls
+from .ahead import compile_behind, compile_calls, wait_all
 from .launch import (
     addmm_launch,
     bmm_launch,
@@ -34,5 +34,5 @@ from .layout import input_precision, pointer_kernel_reason, tf32_enabled
 __all__ = [
     "SUPPORTED_DTYPES", "KernelFallbackWarning", "addmm_launch", "bmm_launch", "candidates_for", "chosen_config",
     "clear_plans", "compile_behind", "compile_calls", "input_precision", "kernel_unsupported_reason", "launch",
-    "mm_launch", "pointer_kernel_reason", "set_autotune", "tf32_enabled", "warmup",
+    "mm_launch", "pointer_kernel_reason", "set_autotune", "tf32_enabled", "wait_all", "warmup",
 ]  # fmt: skip

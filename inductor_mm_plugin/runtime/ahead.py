@@ -131,6 +131,16 @@ def join_behind() -> None:
     concurrent.futures.wait(futures)
 
 
+def wait_all() -> None:
+    """Wait for every background compile, and keep them (a kernel done there is not compiled
+    again): the plugin backend's compile returns with none running, so none can meet a CUDA
+    graph the caller captures next (in global capture mode a module load or an allocation in
+    another thread fails, and can fail the capture)."""
+    with _BEHIND_LOCK:
+        futures = list(_BEHIND.values())
+    concurrent.futures.wait(futures)
+
+
 def wait_for(key: tuple) -> None:
     """Wait for the kernel of this key if it is compiling in the background: a call about to
     compile it would compile it a second time. Nothing in the background threads themselves."""
