@@ -202,3 +202,12 @@ def test_the_backend_returns_with_no_kernel_compiling(monkeypatch):
         torch.compile(nn.Linear(8, 8).to(DEVICE), backend="inductor_mm_plugin")(torch.randn(2, 8, device=DEVICE))
     returned = time.perf_counter()
     assert done and done[0] <= returned and not ahead.pending()
+
+
+def test_a_failing_prediction_leaves_the_compile_alone(monkeypatch):
+    monkeypatch.setattr(predict, "predicted_sites", lambda gm, graphs: 1 / 0)
+    torch._dynamo.reset()
+    model, x = nn.Linear(8, 8).to(DEVICE), torch.randn(2, 8, device=DEVICE)
+    with torch.no_grad():
+        out = torch.compile(model, backend="inductor_mm_plugin")(x)
+        torch.testing.assert_close(out, model(x))

@@ -16,6 +16,7 @@ the call would miss. Nothing changes Inductor's global config.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..runtime import wait_all
@@ -25,6 +26,8 @@ from .options import PLUGIN_KEYS, PluginOptions, split_options
 from .records import reporting_cached_decisions
 from .routing import RoutePass
 from .selection import RootInfo, root_from_dynamo
+
+log = logging.getLogger(__name__)
 
 
 def _route_pass(plugin: PluginOptions, inductor: dict[str, Any], root: RootInfo | None, label) -> RoutePass:
@@ -86,7 +89,10 @@ def compile_predicted(gm, plugin: PluginOptions, root: RootInfo, patches: dict) 
     if plugin.compete != "auto" or plugin.plan is not None or not selects_all:
         return
     graphs = bool(patches.get("triton.cudagraphs", compat.inductor_config.triton.cudagraphs))
-    measure.compile_predicted(predict.predicted_sites(gm, graphs))
+    try:
+        measure.compile_predicted(predict.predicted_sites(gm, graphs))
+    except Exception:  # noqa: BLE001 (compiling ahead only saves time; the compile goes on without it)
+        log.debug("predicting the graph's sites failed", exc_info=True)
 
 
 def inductor_options(*, select="auto", compete: bool | str = "auto", **inductor_config: Any) -> dict[str, Any]:

@@ -44,7 +44,8 @@ def predicted_sites(gm: torch.fx.GraphModule, graphs: bool) -> list[tuple]:
     sites = []
     for node in gm.graph.nodes:
         try:
-            sites.extend((op, vals, alpha, beta, graphs) for op, vals, alpha, beta in _sites_of(node, training))
+            sites.extend((op, vals, alpha, beta, graphs) for op, vals, alpha, beta in _sites_of(node, training)
+                         if all(isinstance(v, torch.Tensor) for v in vals))  # fmt: skip
         except Exception:  # noqa: BLE001 (a prediction only saves time: the routing pass compiles what it misses)
             log.debug("no prediction for %s", node.format_node(), exc_info=True)
     return sites
