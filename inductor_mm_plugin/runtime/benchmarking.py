@@ -156,7 +156,9 @@ class Timer:
         if graphs:
             try:
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
+                # Thread-local: kernels the routing pass compiles in background threads load
+                # modules and allocate meanwhile, which fails a capture in global mode.
+                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                     self._run()
                 graph.replay()  # the first replay uploads the graph
                 torch.cuda.synchronize()
