@@ -25,7 +25,7 @@ from .lowering import register_lowerings
 from .options import PLUGIN_KEYS, PluginOptions, split_options
 from .records import reporting_cached_decisions
 from .routing import RoutePass
-from .selection import RootInfo, root_from_dynamo
+from .selection import RootInfo, resolved_mode, root_from_dynamo
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,7 @@ def compile_predicted(gm, plugin: PluginOptions, root: RootInfo, patches: dict) 
     traces it (``predict.py``), where the routing pass would compile them itself: measured
     routing (``compete="auto"``, no plan) of every site (``select`` "all", or "auto" without
     opted-in modules); CUDA sites only (``measure.compile_predicted``)."""
-    selects_all = plugin.select == "all" or (plugin.select == "auto" and not root.has_opted_in)
-    if plugin.compete != "auto" or plugin.plan is not None or not selects_all:
+    if plugin.compete != "auto" or plugin.plan is not None or resolved_mode(plugin.select, root) != "all":
         return
     graphs = bool(patches.get("triton.cudagraphs", compat.inductor_config.triton.cudagraphs))
     try:

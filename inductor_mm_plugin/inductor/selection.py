@@ -359,6 +359,14 @@ def validate_select(select: SelectSpec) -> None:
     )
 
 
+def resolved_mode(select: SelectSpec, root: RootInfo) -> str | None:
+    """"all" or "opted_in" as ``select`` means it for this root ("auto": opted-in modules
+    where the model has any, else all); None for a predicate."""
+    if callable(select):
+        return None
+    return ("opted_in" if root.has_opted_in else "all") if select == "auto" else select
+
+
 def decide(site: Site, ineligible: str | None, select: SelectSpec, root: RootInfo) -> tuple[bool, str]:
     """(routed, reason): the reason says why a site is not routed ('' when it is); ``ineligible``
     is ``ineligible_reason``'s."""
@@ -371,9 +379,7 @@ def decide(site: Site, ineligible: str | None, select: SelectSpec, root: RootInf
     if callable(select):
         ok = bool(select(site))
         return ok, "" if ok else not_routed("predicate")
-    mode = select
-    if mode == "auto":
-        mode = "opted_in" if root.has_opted_in else "all"
+    mode = resolved_mode(select, root)
     if mode == "all":
         return True, ""
     if site.opt == IN:
