@@ -152,7 +152,7 @@ def routing_clock():
         measure.decide, measure.measure, measure._call, measure.precompile = decide, measure_fn, call, precompile
         measure.compile_routed, ahead._compile_call = compile_routed, compile_call
         measure.compile_predicted = compile_predicted
-        ahead.join_behind()  # (the step's first call joined them already)
+        ahead.wait_all()  # (the backend returned with none running already)
         spent.update(kernel_compiles=len(compiles), kernel_compile_max_s=max(compiles, default=0.0),
                      kernel_compile_sum_s=sum(compiles))  # fmt: skip
 

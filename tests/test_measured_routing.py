@@ -401,6 +401,12 @@ def test_routed_sites_compiled_behind_are_what_their_first_calls_launch(monkeypa
     assert len(_compiled_kernels()) == len(compiled)
 
 
+def _groups(calls):
+    from inductor_mm_plugin.runtime import ahead
+
+    return list(ahead.kernel_groups(calls).values())
+
+
 def _half(*call):
     """A call in fp16: another kernel than the same call in fp32."""
     return tuple(t.half() if isinstance(t, torch.Tensor) else t for t in call)
@@ -417,7 +423,7 @@ def test_calls_of_one_kernel_are_compiled_once(monkeypatch):
     storage = x_of(40 * 48 + 1)
     shifted = (storage[1 : 1 + 40 * 48].view(40, 48), w.t(), x_of(40, 64))  # A 4 bytes off 16-byte alignment
     sixteen = (x_of(48, 48), w.t(), x_of(48, 64))
-    groups = ahead.distinct_kernels([*same, _half(*same[0]), shifted, sixteen])
+    groups = _groups([*same, _half(*same[0]), shifted, sixteen])
     assert [len(g) for g in groups] == [3, 1, 1, 1] and groups[0] == same
     compiled = []
     def fake(a, b, out, bias=None, beta=1, alpha=1):
@@ -502,16 +508,14 @@ def test_compile_routed_hands_each_cuda_signature_over_once(monkeypatch, fresh_s
 
 
 def test_while_autotuning_each_call_compiles_apart(monkeypatch):
-    """Planning a call under autotuning times configs: distinct_kernels then plans nothing,
+    """Planning a call under autotuning times configs: kernel_groups then plans nothing,
     and each call is compiled (and tuned) on its own thread, as before."""
-    from inductor_mm_plugin.runtime import ahead
-
     monkeypatch.setattr(importlib.import_module("inductor_mm_plugin.runtime.launch"), "_AUTOTUNE", True)
     monkeypatch.setattr(importlib.import_module("inductor_mm_plugin.runtime.launch"), "launch",
                         lambda *args, **kwargs: pytest.fail("planned while autotuning"))  # fmt: skip
     w = x_of(64, 48)
     calls = [(x_of(40, 48), w.t(), x_of(40, 64)), (x_of(44, 48), w.t(), x_of(44, 64))]
-    assert ahead.distinct_kernels(calls) == [[calls[0]], [calls[1]]]
+    assert _groups(calls) == [[calls[0]], [calls[1]]]
 
 
 def test_a_kernel_compiling_behind_is_waited_for_not_compiled_again(monkeypatch):

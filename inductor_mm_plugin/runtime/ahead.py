@@ -82,11 +82,6 @@ def kernel_groups(calls: list[tuple]) -> dict:
     return groups
 
 
-def distinct_kernels(calls: list[tuple]) -> list[list[tuple]]:
-    """``kernel_groups``' groups, in order."""
-    return list(kernel_groups(calls).values())
-
-
 # Kernels compiled or compiling in background threads (compile_behind), by kernel key, until
 # the plans are cleared (reset()): compile_calls and the ops' first call of a kernel wait for
 # the one they need (wait_for), and a kernel done there is not compiled again.
@@ -118,17 +113,9 @@ def compile_behind(calls: list[tuple], workers: int) -> int:
         if todo:
             pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(todo))),
                                                          thread_name_prefix="inductor_mm_plugin-behind")  # fmt: skip
-            _BEHIND.update({key: pool.submit(_compile_quietly, groups[key][0]) for key in todo})
+            _BEHIND.update({key: pool.submit(_in_background, groups[key][0]) for key in todo})
             pool.shutdown(wait=False)  # the threads end when their calls are compiled
     return len(calls)
-
-
-def join_behind() -> None:
-    """Wait for the kernels compiling in the background (``compile_behind``)."""
-    with _BEHIND_LOCK:
-        futures = list(_BEHIND.values())
-        _BEHIND.clear()
-    concurrent.futures.wait(futures)
 
 
 def wait_all() -> None:
@@ -139,6 +126,13 @@ def wait_all() -> None:
     with _BEHIND_LOCK:
         futures = list(_BEHIND.values())
     concurrent.futures.wait(futures)
+
+
+def join_behind() -> None:
+    """``wait_all``, then forget them (the plans they made are being dropped)."""
+    wait_all()
+    with _BEHIND_LOCK:
+        _BEHIND.clear()
 
 
 def wait_for(key: tuple) -> None:
@@ -159,8 +153,12 @@ def _call_args(a, b, out, bias=None, beta=1, alpha=1) -> tuple:
     return a, b, out, bias, beta, alpha
 
 
+def _in_background(call) -> bool:
+    _THREAD.behind = True
+    return _compile_quietly(call)
+
+
 def _compile_quietly(call) -> bool:
-    _THREAD.behind = threading.current_thread().name.startswith("inductor_mm_plugin-behind")
     try:
         with torch.no_grad():
             return _compile_call(*call)

@@ -155,7 +155,7 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
             _PLANS[key] = plan
         if plan_only:
             return plan
-        if ahead.pending() and plan.compiled is None:
+        if plan.compiled is None and ahead.pending():
             ahead.wait_for(plan.kernel_key(a, b, kernel_out, bias))  # compiling in the background?
         if compile_only:
             plan.compile(a, b, kernel_out, bias)
