@@ -306,26 +306,18 @@ def _compile_args(todo: dict) -> list[tuple]:
     sum of its sites' operands."""
     need: dict = {}
     for op, operands, dtype, device, alpha, beta in todo.values():
-        for layout in (*operands, (_out_shape(operands), _contiguous(_out_shape(operands)), 0)):
-            need[(device, dtype)] = max(need.get((device, dtype), 1), benchmarking.extent(*layout))
+        extents = [benchmarking.extent(*layout) for layout in operands] + [math.prod(_out_shape(operands))]
+        need[(device, dtype)] = max(need.get((device, dtype), 1), *extents)
     buffers = {key: torch.empty(n, dtype=key[1], device=key[0]) for key, n in need.items()}
     calls = []
     for op, operands, dtype, device, alpha, beta in todo.values():
         buf = buffers[(device, dtype)]
         args = [buf.as_strided(*layout) for layout in operands]
         out_shape = _out_shape(operands)
-        out = buf.as_strided(out_shape, _contiguous(out_shape), 0)
+        out = buf[: math.prod(out_shape)].view(out_shape)
         bias, (a, b) = (args[0], args[1:]) if op == "addmm" else (None, args)
         calls.append((a, b, out, bias, beta, alpha))
     return calls
-
-
-def _contiguous(shape: tuple) -> tuple:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def _on_cuda(vals: list[torch.Tensor]) -> bool:
