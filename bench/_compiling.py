@@ -164,9 +164,14 @@ def forget_kernels() -> None:
     disk cache is new per compile already, ``fresh_cache``): its next call compiles its
     kernels anew, as stock's compile compiles Inductor's."""
     from inductor_mm_plugin import runtime
-    from triton.runtime.jit import JITFunction
 
     runtime.clear_plans()
+    _forget_compiled_kernels()
+
+
+def _forget_compiled_kernels() -> None:
+    from triton.runtime.jit import JITFunction
+
     for mod_name, mod in list(sys.modules.items()):
         if mod_name.startswith("inductor_mm_plugin") and mod is not None:
             for obj in list(vars(mod).values()):
@@ -186,8 +191,8 @@ def cold_plugin():
 
     import inductor_mm_plugin
 
-    inductor_mm_plugin.reset()
-    forget_kernels()
+    inductor_mm_plugin.reset()  # the launch plans too
+    _forget_compiled_kernels()
     old = os.environ.get("INDUCTOR_MM_PLUGIN_CACHE_DIR")
     os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = tempfile.mkdtemp(prefix="models-routing-")
     try:
@@ -199,17 +204,19 @@ def cold_plugin():
             os.environ["INDUCTOR_MM_PLUGIN_CACHE_DIR"] = old
 
 
+@contextlib.contextmanager
 def forgotten(arm: str, cold: bool):
     """What a plugin arm's compile starts without: everything (``cold_plugin``) or, warm, its
     compiled kernels only (``forget_kernels``), the decisions kept. A stock arm's compile
     leaves the plugin alone: a stock compile that reset it once made the plugin's next warm
     compile measure every site again (llama-decode's first warm round, at 9f920f7)."""
-    if not arm.startswith("plugin"):
-        return contextlib.nullcontext()
-    if cold:
-        return cold_plugin()
-    forget_kernels()
-    return contextlib.nullcontext()
+    if arm.startswith("plugin") and cold:
+        with cold_plugin():
+            yield
+        return
+    if arm.startswith("plugin"):
+        forget_kernels()
+    yield
 
 
 

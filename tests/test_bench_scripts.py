@@ -202,6 +202,7 @@ def test_models_a_stock_compile_leaves_the_plugin_alone_and_a_warm_one_keeps_its
 
     forgot = []
     monkeypatch.setattr(_compiling, "forget_kernels", lambda: forgot.append("kernels"))
+    monkeypatch.setattr(_compiling, "_forget_compiled_kernels", lambda: forgot.append("kernels"))  # what cold_plugin calls
     monkeypatch.setattr(runtime, "clear_plans", lambda: forgot.append("plans"))
     measure._MEMORY["kept"] = "a decision"
     for cold in (True, False):
