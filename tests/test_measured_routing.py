@@ -541,3 +541,15 @@ def test_a_kernel_compiling_behind_is_waited_for_not_compiled_again(monkeypatch)
     threading.Timer(0.5, release.set).start()
     assert ahead.compile_calls([(x_of(36, 48), w.t(), x_of(36, 64)), _half(*fp32)], workers=2) == 2
     assert compiled == [torch.float16, torch.float32] and not ahead.pending()
+
+
+def test_a_call_that_cannot_be_planned_keeps_a_group_of_its_own(monkeypatch, caplog):
+    from inductor_mm_plugin.runtime import ahead
+
+    launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")
+    monkeypatch.setattr(launch_module, "launch", lambda *args, **kwargs: 1 / 0)
+    w = x_of(64, 48)
+    calls = [(x_of(40, 48), w.t(), x_of(40, 64)), (x_of(40, 48), w.t(), x_of(40, 64))]
+    with caplog.at_level("DEBUG", logger=ahead.__name__):
+        assert _groups(calls) == [[calls[0]], [calls[1]]]
+    assert "planning (40, 48)" in caplog.text and "ZeroDivisionError" in caplog.text
