@@ -85,7 +85,7 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 
 import torch
 import torch.nn.functional as F
-from inductor_mm_plugin.comparison.profile import site_key
+from inductor_mm_plugin.comparison.profile import site_key, stock_paid
 from _compiling import (
     ARMS, BASELINE, compile_fn, compile_ratio, forgotten, fresh_cache, own_heap, routing_clock, timed_compiles,
     warm_up_compilers,
@@ -255,7 +255,7 @@ def site_check(records, plugin_profile, stock_profile) -> dict:
     for r in routed:
         key = site_key(r.site.op, r.site.shapes)
         ours = plugin_profile.time("plugin", key) if key else None
-        theirs = stock_profile.time("aten", key) if key else None
+        theirs = stock_paid(stock_profile, plugin_profile, key) if key else None
         if not (ours and theirs and ours.us > 0 and theirs.us > 0):
             unseen += 1
         elif ours.per_call_us <= theirs.per_call_us:

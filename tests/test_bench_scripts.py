@@ -337,6 +337,11 @@ def test_models_site_check_reads_the_profiles_of_both_arms():
     assert got["sites_right"] == 0.5 and got["sites_unseen"] == 1
     assert got["sites_wrong"] == ["forward layers.0.up addmm 64x32@32x48 (30.0 us against 20.0)"]
     assert models.site_check([fast, kept], None, stock) == dict(sites_right=None, sites_wrong=[], sites_unseen=1)
+    # A shape that unrouted sites share: the routed call meets stock's own call of it, not the mean.
+    shared = record("mm", ((64, 32), (32, 16)), module="layers.0.down")
+    plugin = Profile({("plugin", k_fast): Kernels(9.0, 1), ("aten", k_fast): Kernels(10.0, 2)}, 100.0)
+    stock = Profile({("aten", k_fast): Kernels(18.0, 3)}, 100.0)  # 5 + 5 for those kept, 8 for the routed one
+    assert models.site_check([shared], plugin, stock)["sites_wrong"] == ["forward layers.0.down mm 64x32@32x16 (9.0 us against 8.0)"]
 
 
 @pytest.mark.parametrize("script", sorted(p.stem for p in BENCH.glob("*.py")))

@@ -501,6 +501,27 @@ def test_site_times_and_the_why_come_from_the_profiles():
     assert _profile_summary({"stock": stock, "plugin": plugin}, {**slower, "verdict": "within noise"})["why"] == ""
 
 
+def test_a_routed_site_meets_stocks_calls_of_its_own_shape_only():
+    """Where routed and unrouted sites share their shapes (llama-train's backward down_proj and
+    forward gate/up products), the routed ones meet stock's calls less those the plugin arm
+    kept on aten: the unrouted calls run stock's code in both arms."""
+    from inductor_mm_plugin.comparison.ab import _from_profiles
+    from inductor_mm_plugin.comparison.profile import Kernels, Profile, stock_paid
+
+    key = ("mm", (8, 16), (16, 4))
+    # Per step: stock ran 3 calls, 2 at 10 us (the layout left on aten) and 1 at 40 us (the routed one).
+    stock = Profile({("aten", key): Kernels(60.0, 3)}, 100.0)
+    plugin = Profile({("plugin", key): Kernels(30.0, 1), ("aten", key): Kernels(20.0, 2)}, 100.0)
+    paid = stock_paid(stock, plugin, key)
+    assert (paid.us, paid.calls, paid.per_call_us) == (40.0, 1, 40.0)
+    sites = [_site("down"), _site("gate", routed=False)]
+    _from_profiles(sites, {"stock": stock, "plugin": plugin})
+    assert (sites[0].plugin_ms, sites[0].aten_ms) == (0.030, 0.040)  # the mean of all three would read 0.020
+    assert stock_paid(stock, Profile({("plugin", key): Kernels(30.0, 1)}, 1.0), key) is stock.time("aten", key)
+    # Nothing left to attribute (the plugin arm kept every call on aten): not seen.
+    assert stock_paid(stock, Profile({("aten", key): Kernels(60.0, 3)}, 1.0), key) is None
+
+
 def test_a_plan_routes_where_the_profile_won(tmp_path):
     """--write-plan routes a site only where its kernels beat stock's by the margin in the model."""
     from inductor_mm_plugin.comparison.ab import _write_plan

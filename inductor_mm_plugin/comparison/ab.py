@@ -53,7 +53,7 @@ from ..inductor.records import SiteRecord, record_sites
 from ..inductor.selection import RootInfo, root_from_dynamo
 from ..interpreter import interpreting
 from ..ops.reference import UNIT_ROUNDOFF
-from .profile import profile_step, site_key
+from .profile import profile_step, site_key, stock_paid
 from .report import CompareError, Error, GraphResult, Report, SiteResult
 from .timing import ROUNDS, interleaved, time_sites
 
@@ -428,7 +428,8 @@ def _time_model(steps: dict, device, rounds, warmup, reps, cudagraphs) -> dict:
 
 def _from_profiles(sites: list[SiteResult], profiles: dict) -> None:
     """Each routed site's times from the arms' profiles: the plugin's kernels for its shapes in
-    the plugin arm, aten's in the stock arm (per call; profile.py says how sites are met)."""
+    the plugin arm, aten's for the same calls in the stock arm (per call; profile.py says how
+    sites are met, ``stock_paid`` which of stock's calls count)."""
     stock, plugin = profiles.get("stock"), profiles.get("plugin")
     if stock is None or plugin is None:
         return
@@ -436,7 +437,7 @@ def _from_profiles(sites: list[SiteResult], profiles: dict) -> None:
         key = site_key(s.op, s.shapes)
         if not s.routed or key is None:
             continue
-        ours, theirs = plugin.time("plugin", key), stock.time("aten", key)
+        ours, theirs = plugin.time("plugin", key), stock_paid(stock, plugin, key)
         if ours and theirs and ours.us > 0 and theirs.us > 0:  # kernels seen in both arms
             s.plugin_ms, s.aten_ms, s.timed = ours.per_call_us / 1e3, theirs.per_call_us / 1e3, "profile"
 
@@ -446,8 +447,8 @@ def _profile_summary(profiles: dict, timing: dict) -> dict:
     calls, and every other kernel; and why, when the site table and the step disagree."""
     stock, plugin = profiles["stock"], profiles["plugin"]
     ours = plugin.matmul_us("plugin")
-    theirs = sum(stock.time("aten", key).per_call_us * k.calls for (who, key), k in plugin.matmuls.items()
-                 if who == "plugin" and stock.time("aten", key))  # fmt: skip
+    paid = {key: stock_paid(stock, plugin, key) for (who, key) in plugin.matmuls if who == "plugin"}
+    theirs = sum(paid[key].per_call_us * plugin.matmuls["plugin", key].calls for key in paid if paid[key])
     summary = {"routed_plugin_us": ours, "routed_stock_us": theirs, "stock_kernels_us": stock.total_us,
                "plugin_kernels_us": plugin.total_us, "why": ""}  # fmt: skip
     other_stock, other_plugin = stock.total_us - theirs, plugin.total_us - ours

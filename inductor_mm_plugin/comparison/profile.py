@@ -63,6 +63,21 @@ def site_key(op: str, shapes) -> tuple | None:
     return ("bmm" if op == "bmm" else "mm", tuple(ab[0]), tuple(ab[1]))
 
 
+def stock_paid(stock: Profile, plugin: Profile, key) -> Kernels | None:
+    """What stock's step paid for the calls of shapes ``key`` that the plugin arm ran on the
+    plugin's kernels: stock's calls of these shapes less those the plugin arm left on aten,
+    which run stock's code in both arms. Sites of one shape in another layout would otherwise
+    share stock's mean: in llama-train (bench/models.py at 8926e50) the backward down_proj
+    product (B N-major) was held against the mean of it and the forward gate/up products
+    (4096x1024 @ 1024x2816 too, B K-major). None where nothing is left to attribute."""
+    theirs = stock.time("aten", key)
+    kept = plugin.time("aten", key)
+    if theirs is None or kept is None:
+        return theirs
+    us, calls = theirs.us - kept.us, theirs.calls - kept.calls
+    return Kernels(us, calls) if calls > 0.5 and us > 0 else None
+
+
 def _matmul_name(event) -> str | None:
     name = event.name.split(" ", 1)[0]
     return name if name in _MATMULS else None
@@ -163,4 +178,4 @@ def profile_step(step: Callable, steps: int = 3) -> Profile | None:
     return Profile(attribute(events, steps), total)
 
 
-__all__ = ["Kernels", "Profile", "attribute", "profile_step", "site_key"]
+__all__ = ["Kernels", "Profile", "attribute", "profile_step", "site_key", "stock_paid"]
