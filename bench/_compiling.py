@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -72,24 +74,55 @@ def routing_clock():
     predicted (sites predicted at the backend's entry and compiled behind, ``measure.compile_predicted``);
     and each kernel compiled ahead, in whichever thread (``kernel_compiles``, the longest
     ``kernel_compile_max_s`` and their sum ``kernel_compile_sum_s``: a precompile_s near the
-    sum says the threads took turns, near the longest that they ran side by side)."""
+    sum says the threads took turns, near the longest that they ran side by side); and what
+    the model's own calls of the plugin's ops paid (``op_calls_s``, main thread, outside the
+    timing) and how many of its kernels Triton compiled there rather than ahead
+    (``call_compiles``: a kernel compiled ahead under another specialization compiles again
+    at its first call). Warm, llama-decode's plugin compile spent 0.8-1.2 s more than stock's
+    after Dynamo's compile (de14967): these two say whether the ops' first calls took it."""
     from inductor_mm_plugin.inductor import measure
 
     spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0, "precompiled": 0,
              "behind": 0, "predicted": 0, "kernel_compiles": 0, "kernel_compile_max_s": 0.0,
-             "kernel_compile_sum_s": 0.0}  # fmt: skip
+             "kernel_compile_sum_s": 0.0, "op_calls_s": 0.0, "call_compiles": 0}  # fmt: skip
     decide, measure_fn, call, precompile = measure.decide, measure.measure, measure._call, measure.precompile
     compile_routed, compile_predicted = measure.compile_routed, measure.compile_predicted
     from inductor_mm_plugin.runtime import ahead
 
+    # (the package re-exports the function runtime.launch under the module's name)
+    launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")
+
     compile_call, compiles = ahead._compile_call, []
+    matmul = launch_module._matmul
+    inside = threading.local()  # .ahead / .deciding: this thread compiles ahead / times sites
 
     def timed_compile_call(*args, **kwargs):
         t0 = time.perf_counter()
+        inside.ahead = True
         try:
             return compile_call(*args, **kwargs)
         finally:
+            inside.ahead = False
             compiles.append(time.perf_counter() - t0)  # list.append: one at a time, in any thread
+
+    def op_call(*args, **kwargs):
+        if getattr(inside, "deciding", False) or threading.current_thread() is not threading.main_thread():
+            return matmul(*args, **kwargs)
+        t0 = time.perf_counter()
+        try:
+            return matmul(*args, **kwargs)
+        finally:
+            spent["op_calls_s"] += time.perf_counter() - t0
+
+    previous_hook = _jit_hook()
+
+    def compiled(**kwargs):
+        # triton's jit_post_compile_hook: one call per kernel compiled (or read from disk) by the JIT.
+        info = kwargs.get("fn")
+        ours = str(getattr(info, "module", "")).startswith("inductor_mm_plugin")
+        if ours and not getattr(inside, "ahead", False) and not getattr(inside, "deciding", False):
+            spent["call_compiles"] += 1
+        return previous_hook(**kwargs) if previous_hook else None
 
     def clocked(fn, field, count=None):
         def run(*args, **kwargs):
@@ -103,7 +136,12 @@ def routing_clock():
 
         return run
 
-    timed_decide = clocked(decide, "decide_s", "sites")
+    def timed_decide(*args, **kwargs):
+        inside.deciding = True
+        try:
+            return clocked(decide, "decide_s", "sites")(*args, **kwargs)
+        finally:
+            inside.deciding = False
 
     def counted_precompile(*args, **kwargs):
         t0 = time.perf_counter()
@@ -145,18 +183,34 @@ def routing_clock():
     measure.decide, measure.measure, measure._call = timed_decide, counted_measure, first_call_timed
     measure.precompile, measure.compile_routed = counted_precompile, counted_behind
     measure.compile_predicted = counted_predicted
-    ahead._compile_call = timed_compile_call
+    ahead._compile_call, launch_module._matmul = timed_compile_call, op_call
+    _set_jit_hook(compiled)
     try:
         yield spent
     finally:
         measure.decide, measure.measure, measure._call, measure.precompile = decide, measure_fn, call, precompile
         measure.compile_routed, ahead._compile_call = compile_routed, compile_call
-        measure.compile_predicted = compile_predicted
+        measure.compile_predicted, launch_module._matmul = compile_predicted, matmul
+        _set_jit_hook(previous_hook)
         ahead.wait_all()  # (the backend returned with none running already)
         spent.update(kernel_compiles=len(compiles), kernel_compile_max_s=max(compiles, default=0.0),
                      kernel_compile_sum_s=sum(compiles))  # fmt: skip
 
 
+
+
+def _jit_hook():
+    import triton
+
+    knobs = getattr(triton, "knobs", None)
+    return getattr(knobs.runtime, "jit_post_compile_hook", None) if knobs is not None else None
+
+
+def _set_jit_hook(hook) -> None:
+    import triton
+
+    if getattr(triton, "knobs", None) is not None and hasattr(triton.knobs.runtime, "jit_post_compile_hook"):
+        triton.knobs.runtime.jit_post_compile_hook = hook
 
 
 def forget_kernels() -> None:
@@ -254,6 +308,9 @@ def compile_once(client, arm: str, device: str, cold: bool) -> tuple[float, dict
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
     phases = compat.compile_phase_seconds()
+    # What the compile's first call paid beyond Dynamo's compiling: the graph's first run (and
+    # the eager code between graphs).
+    phases["after_compile_s"] = max(0.0, seconds - phases.get("_compile.compile_inner", 0.0))
     phases.update({f"routing.{k}": v for k, v in spent.items() if k.endswith("_s")})
     return seconds, phases, dict(spent)
 
@@ -274,10 +331,13 @@ def compile_rounds(client, arms: list[str], device: str, n: int, cold: bool, fli
 
 
 def median_phases(rounds: list[dict], top: int = 16) -> dict:
-    """Per phase, the median seconds over the rounds (0 where a round lacks it); the ``top`` largest."""
+    """Per phase, the median seconds over the rounds (0 where a round lacks it): the ``top``
+    largest, and always the routing clock's and ``after_compile_s``."""
     names = {name for r in rounds for name in r}
     med = {name: median([r.get(name, 0.0) for r in rounds]) for name in names}
-    return {k: round(v, 3) for k, v in sorted(med.items(), key=lambda kv: -kv[1])[:top]}
+    kept = dict(sorted(med.items(), key=lambda kv: -kv[1])[:top])
+    kept.update({k: v for k, v in med.items() if k.startswith("routing.") or k == "after_compile_s"})
+    return {k: round(v, 3) for k, v in sorted(kept.items(), key=lambda kv: -kv[1])}
 
 
 def phase_gaps(ours: dict, theirs: dict, n: int = 5) -> str:

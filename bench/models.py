@@ -58,9 +58,11 @@ for the stock arms. The routing pass's sites are recorded while the plugin arms 
 Rows append to ``<out>/models.jsonl``, one per (model, arm): date, commit, gpu, torch, triton,
 model, workload, arm, ms, first_compile_s, compile_s, compile_s_rounds, warm_compile_s(_rounds), compile_ratio,
 warm_compile_ratio, rounds, err, speedup, ratio_spread, routed_sites, sites, cudagraphs, shape
-(batch/tokens/layers), routing (decide_s, first_calls_s, precompile_s), sites_right, and
-``cold_phases_s``/``warm_phases_s`` (the compile rounds' median seconds per Dynamo/Inductor phase,
-which nest, and the routing clock; printed as the plugin arm's largest gaps over stock's). Times
+(batch/tokens/layers), routing (``_compiling.routing_clock``: decide_s, precompile_s, the kernels
+compiled ahead, the ops' first calls ``op_calls_s`` and the kernels compiled there
+``call_compiles``), sites_right, and ``cold_phases_s``/``warm_phases_s`` (the compile rounds'
+median seconds per Dynamo/Inductor phase, which nest, ``after_compile_s`` beyond Dynamo's
+compiling, and the routing clock; printed as the plugin arm's largest gaps over stock's). Times
 are estimates (about 30 s of compiling per arm
 and model, a minute for the training step's two graphs); ``--budget-s`` (default 420) starts
 no model after that many seconds, so one device call (10 minutes) ends with its rows written.

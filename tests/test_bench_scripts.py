@@ -158,6 +158,8 @@ def test_models_phase_gaps_name_where_the_extra_compile_time_went():
     assert _compiling.phase_gaps(theirs, theirs) == "none over 0.05 s"
     # A phase a round lacks counts as 0 s there, so the median sees it.
     assert _compiling.median_phases([{"a": 1.0}, {"a": 3.0, "b": 2.0}, {"a": 2.0}]) == {"a": 2.0, "b": 0.0}
+    kept = _compiling.median_phases([{"a": 3.0, "b": 2.0, "routing.precompile_s": 0.1, "after_compile_s": 0.5}], top=1)
+    assert kept == {"a": 3.0, "after_compile_s": 0.5, "routing.precompile_s": 0.1}  # the clocks always
 
 
 @pytest.mark.parametrize("layout, a_stride, b_stride", [
@@ -240,6 +242,36 @@ def test_models_routing_clock_counts_what_a_compile_timed_and_compiled(monkeypat
     assert spent["precompile_s"] >= 0
     assert spent["kernel_compiles"] == 2 and 0.04 <= spent["kernel_compile_max_s"] < spent["kernel_compile_sum_s"]
     assert measure.compile_routed([1, 2]) == 1 and measure.measure() == "timed"  # put back as they were
+
+
+def test_models_routing_clock_counts_the_ops_first_calls_and_their_compiles(monkeypatch):
+    """The model's own calls of the plugin's ops (main thread, outside the timing) and the
+    plugin kernels Triton's JIT compiled outside the ahead-of-time compiles are counted; the
+    JIT hook in place before is called on and put back."""
+    import types
+
+    import triton
+    from inductor_mm_plugin.inductor import measure
+    from inductor_mm_plugin.runtime import ahead
+    launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")
+
+    seen = []
+    monkeypatch.setattr(triton.knobs.runtime, "jit_post_compile_hook", lambda **kw: seen.append(kw["fn"].module))
+    before = triton.knobs.runtime.jit_post_compile_hook
+    ours, theirs = (types.SimpleNamespace(module=m) for m in ("inductor_mm_plugin.kernels.matmul", "user.kernels"))
+    monkeypatch.setattr(launch_module, "_matmul", lambda *args: time.sleep(0.02))
+    monkeypatch.setattr(measure, "decide", lambda *args: launch_module._matmul() or triton.knobs.runtime.jit_post_compile_hook(fn=ours))  # fmt: skip
+    monkeypatch.setattr(ahead, "_compile_call", lambda *call: triton.knobs.runtime.jit_post_compile_hook(fn=ours))
+    with _compiling.routing_clock() as spent:
+        launch_module._matmul("mm")  # the model's call: counted
+        measure.decide("mm")  # timing a site: neither its call nor its compile counted
+        ahead._compile_call(1)  # compiled ahead: not counted
+        hook = triton.knobs.runtime.jit_post_compile_hook
+        hook(fn=ours)  # compiled at a call: counted
+        hook(fn=theirs)  # not the plugin's kernel
+    assert 0.02 <= spent["op_calls_s"] < 0.04 and spent["call_compiles"] == 1
+    assert seen == ["inductor_mm_plugin.kernels.matmul"] * 3 + ["user.kernels"]  # the earlier hook still ran
+    assert triton.knobs.runtime.jit_post_compile_hook is before
 
 
 def _a_kernel(x):
