@@ -114,7 +114,9 @@ def routing_clock():
         finally:
             spent["op_calls_s"] += time.perf_counter() - t0
 
-    previous_hook = _jit_hook()
+    import triton
+
+    previous_hook = triton.knobs.runtime.jit_post_compile_hook  # triton 3.6 and 3.7.1 both have it
 
     def compiled(**kwargs):
         # triton's jit_post_compile_hook: one call per kernel compiled (or read from disk) by the JIT.
@@ -136,10 +138,12 @@ def routing_clock():
 
         return run
 
+    clocked_decide = clocked(decide, "decide_s", "sites")
+
     def timed_decide(*args, **kwargs):
         inside.deciding = True
         try:
-            return clocked(decide, "decide_s", "sites")(*args, **kwargs)
+            return clocked_decide(*args, **kwargs)
         finally:
             inside.deciding = False
 
@@ -184,33 +188,19 @@ def routing_clock():
     measure.precompile, measure.compile_routed = counted_precompile, counted_behind
     measure.compile_predicted = counted_predicted
     ahead._compile_call, launch_module._matmul = timed_compile_call, op_call
-    _set_jit_hook(compiled)
+    triton.knobs.runtime.jit_post_compile_hook = compiled
     try:
         yield spent
     finally:
         measure.decide, measure.measure, measure._call, measure.precompile = decide, measure_fn, call, precompile
         measure.compile_routed, ahead._compile_call = compile_routed, compile_call
         measure.compile_predicted, launch_module._matmul = compile_predicted, matmul
-        _set_jit_hook(previous_hook)
+        triton.knobs.runtime.jit_post_compile_hook = previous_hook
         ahead.wait_all()  # (the backend returned with none running already)
         spent.update(kernel_compiles=len(compiles), kernel_compile_max_s=max(compiles, default=0.0),
                      kernel_compile_sum_s=sum(compiles))  # fmt: skip
 
 
-
-
-def _jit_hook():
-    import triton
-
-    knobs = getattr(triton, "knobs", None)
-    return getattr(knobs.runtime, "jit_post_compile_hook", None) if knobs is not None else None
-
-
-def _set_jit_hook(hook) -> None:
-    import triton
-
-    if getattr(triton, "knobs", None) is not None and hasattr(triton.knobs.runtime, "jit_post_compile_hook"):
-        triton.knobs.runtime.jit_post_compile_hook = hook
 
 
 def forget_kernels() -> None:
