@@ -57,6 +57,36 @@ def test_op_with_zero_size_dims(m, k, n):
     assert torch.equal(out, torch.zeros(m, n, device=DEVICE))  # K = 0: silu(0) * 0
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("x_order,weights", [("row", "row"), ("row", "linear"), ("transposed", "linear")])
+def test_the_fused_kernel_runs_where_tma_reads_the_operands(monkeypatch, dtype, x_order, weights):
+    """fp16/bf16 operands TMA can read: one fused kernel, not the two matmuls (spied), every
+    element written (a NaN-poisoned ``out``), within the float64 bound, the same bits twice."""
+    from inductor_mm_plugin.ops import swiglu as op_module
+
+    x = operand(72, 48, dtype, transposed=x_order == "transposed")
+    w_gate, w_up = (operand(48, 40, dtype, transposed=weights == "linear") for _ in range(2))
+    plain = []
+    monkeypatch.setattr(op_module, "mm_launch", lambda *a, **k: plain.append(a) or torch.mm(*a))
+    out = torch.full((72, 40), float("nan"), dtype=dtype, device=DEVICE)
+    op_module.mm_swiglu_launch(x, w_gate, w_up, out=out)
+    assert plain == [] and op_module.fused_reason(x, w_gate, w_up) is None
+    assert_mm_swiglu_close(out, x, w_gate, w_up)
+    assert torch.equal(out, op_module.mm_swiglu_launch(x, w_gate, w_up))
+
+
+def test_weights_in_two_storage_orders_take_the_two_matmuls(monkeypatch):
+    from inductor_mm_plugin.ops import swiglu as op_module
+
+    x = randn(24, 32, dtype=torch.bfloat16)
+    w_gate, w_up = operand(32, 16, torch.bfloat16, transposed=True), operand(32, 16, torch.bfloat16)
+    assert "storage orders" in op_module.fused_reason(x, w_gate, w_up)
+    plain = []
+    monkeypatch.setattr(op_module, "mm_launch", lambda *a, **k: plain.append(a) or torch.mm(*a))
+    assert_mm_swiglu_close(op_module.mm_swiglu_launch(x, w_gate, w_up), x, w_gate, w_up)
+    assert len(plain) == 2
+
+
 def test_bound_catches_a_wrong_product():
     x, w_gate, w_up = (randn(*s, dtype=torch.bfloat16) for s in ((32, 64), (64, 16), (64, 16)))
     wrong = (F.silu((x @ w_up).float()) * (x @ w_gate).float()).to(torch.bfloat16)  # gate and up swapped

@@ -13,7 +13,15 @@ Pure arithmetic on shapes: nothing here touches torch or a GPU, so it is tested 
 Where a matmul runs at all (plugin or stock) is the routing pass's decision, in inductor/.
 """
 
-from .eager import candidate_configs, copies_pay, heuristic_config, rule_config, skinny_config, skinny_cost_us
+from .eager import (
+    candidate_configs,
+    copies_pay,
+    heuristic_config,
+    rule_config,
+    skinny_config,
+    skinny_cost_us,
+    swiglu_config,
+)
 from .hopper import INTERPRETER_NUM_SMS, SKINNY_MAX_M
 from .space import (
     DEFAULT_NUM_SMS,
@@ -31,5 +39,5 @@ from .space import (
 __all__ = [
     "DEFAULT_NUM_SMS", "INTERPRETER_NUM_SMS", "SKINNY_MAX_M", "SMEM_LIMIT_BYTES", "MatmulConfig", "Problem",
     "batch_fits", "candidate_configs", "copies_pay", "fits", "heuristic_config", "k_per_split", "persistent_programs", "rule_config",
-    "skinny_config", "skinny_cost_us", "smem_bytes", "work_items",
+    "skinny_config", "skinny_cost_us", "smem_bytes", "swiglu_config", "work_items",
 ]  # fmt: skip

@@ -66,6 +66,12 @@ def _heuristic(p: Problem, interpreting: bool) -> MatmulConfig:
     return _tma(p)
 
 
+def swiglu_config(interpreting: bool = False) -> MatmulConfig:
+    """The fused SwiGLU kernel's config (``hopper.SWIGLU``, measured as the template; small
+    tiles with subtiled stores in the interpreter, as the TMA kernel's there)."""
+    return dataclasses.replace(H.INTERPRETER_TMA, split_k=1) if interpreting else H.SWIGLU
+
+
 def _one_item_unflattened(p: Problem, cfg: MatmulConfig) -> MatmulConfig:
     """The loop unflattened where every program has at most one work item. Flattening lets a
     program load its next tile during this one's epilogue; with no next tile it only costs

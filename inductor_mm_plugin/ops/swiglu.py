@@ -8,9 +8,11 @@ Its lowering (``inductor/lowering.py``) runs both matmuls in one Triton template
 weights, the product is taken on the two fp32 accumulators, and only the product is
 written. Stock Inductor writes both matmul results and reads them back in a third kernel.
 
-Here, eagerly and wherever the template does not apply, it is the plugin's two matmul
-kernels followed by the product in fp32, rounded once to the inputs' dtype. The template
-skips the rounding of the two matmul results, so the two agree to within that rounding
+Eagerly, and as the extern kernel where the template does not apply, fp16/bf16 operands TMA
+can read run the same fused loop as one eager kernel (``kernels/swiglu_tma.py``, launched by
+``runtime/swiglu.py``); others run the plugin's two matmul kernels followed by the product in
+fp32, rounded once to the inputs' dtype. The fused forms skip the rounding of the two matmul
+results, so the forms agree to within that rounding
 (``tests/test_swiglu.py`` bounds both against float64). Where the kernel cannot run (float64,
 complex, integer dtypes, sparse operands, ...) it is torch's own ``silu(x @ w_gate) * (x @ w_up)``
 at the inputs' precision, with one ``KernelFallbackWarning`` naming this op: float64 stays
@@ -35,6 +37,7 @@ from ..runtime.checks import (
     warn_fallback,
 )
 from ..runtime.launch import mm_launch
+from ..runtime.swiglu import fused_reason, swiglu_launch
 from .matmul import AUTOCAST_KEYS, PT2, SPARSE_KEYS, autocast_kernel, mm, needs_grad
 
 OP = "inductor_mm_plugin.mm_swiglu"
@@ -74,14 +77,19 @@ def unsupported_reason(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor
 
 def mm_swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
                      out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-    """The two matmuls on the plugin's kernel, then the product in fp32, rounded once; where
-    the kernel cannot run, torch's composition (``aten_mm_swiglu``)."""
+    """Both matmuls and the product in the fused kernel (runtime/swiglu.py) where it takes the
+    operands; else the two matmuls on the plugin's kernel, then the product in fp32, rounded
+    once; where the kernel cannot run, torch's composition (``aten_mm_swiglu``)."""
     check_tensor_args(OP, ("x", "w_gate", "w_up"), x, w_gate, w_up)
     check_mm_swiglu_args(OP, x, w_gate, w_up)
     reason = unsupported_reason(x, w_gate, w_up)
     if reason is not None:
         result = aten_mm_swiglu(x, w_gate, w_up, reason)
         return result if out is None else out.copy_(result)
+    if fused_reason(x, w_gate, w_up) is None:
+        result = torch.empty((x.shape[0], w_gate.shape[1]), dtype=x.dtype, device=x.device) if out is None else out
+        if swiglu_launch(x, w_gate, w_up, result):
+            return result
     gate = mm_launch(x, w_gate)
     up = mm_launch(x, w_up)
     product = F.silu(gate.float()) * up.float()
