@@ -7,6 +7,7 @@
   direct launch through the compiled kernel's launcher;
 * ``launch.py``: the checked and fast paths the ops run, config choice, ``warmup``;
 * ``ahead.py``: kernels compiled before their first call, side by side or in the background;
+* ``swiglu.py``: the fused SwiGLU kernel's launch (``ops/swiglu.py`` imports it);
 * ``tuning.py``: optional autotuning with a disk cache; ``split_k.py``: split-K's counters;
 * ``device.py``: the device's SM count (one source), stream and guard.
 
