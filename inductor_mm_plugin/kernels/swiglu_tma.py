@@ -3,7 +3,7 @@
     C = silu(X @ W_gate) * (X @ W_up)
 
 The eager form of the SwiGLU template (``inductor/templates/tma.py.jinja`` with ``SWIGLU``),
-and what the routing pass times a SwiGLU pair by under ``compete="auto"``: each X tile is read
+which ``mm_swiglu`` runs eagerly and as Inductor's extern kernel: each X tile is read
 once for both weights, the product is taken on the two fp32 accumulators, and only the
 product is written, where stock writes both matmul results and reads them back in a third
 kernel. Operands arrive as host-side TMA descriptors, as for ``_matmul_kernel_tma`` (whose

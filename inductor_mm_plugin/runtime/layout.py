@@ -151,6 +151,14 @@ def aligned(t: torch.Tensor, copy: bool = True) -> torch.Tensor:
     return out.copy_(t) if copy else out
 
 
+def storage_orders(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool] | None:
+    """(a_kmajor, b_kmajor) as the TMA kernel would read ``a @ b``, from strides and storage
+    offsets alone (fake tensors too); None where TMA cannot read them."""
+    offset = lambda t: t.storage_offset() * t.element_size()  # noqa: E731
+    operands = _tma_operands(a, b, offset(a), offset(b))
+    return None if operands is None else (operands[0][0], operands[1][0])
+
+
 def pointer_kernel_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
     """Why operands laid out like ``a`` and ``b`` would take the pointer kernel rather than
     the TMA kernel, or None. Judged from the device, shapes, strides and storage offsets
@@ -161,11 +169,10 @@ def pointer_kernel_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
     no_tma = _device.no_tma_reason(a.device)
     if no_tma is not None:
         return no_tma
-    offset = lambda t: t.storage_offset() * t.element_size()  # noqa: E731
-    operands = _tma_operands(a, b, offset(a), offset(b))
-    if operands is None:
+    orders = storage_orders(a, b)
+    if orders is None:
         return "its operands are not TMA-readable (rows not 16-byte aligned or batches not stacked): the pointer kernel"
-    (a_kmajor, _), (b_kmajor, _) = operands
+    a_kmajor, b_kmajor = orders
     if tf32_a_from_registers(a_kmajor, b_kmajor, input_precision(a.dtype)):
         return "TF32 with an M-major A and a K-major B: the pointer kernel"
     M, K = a.shape[-2:]

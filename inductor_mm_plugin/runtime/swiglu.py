@@ -12,7 +12,7 @@ from ..configs import persistent_programs, swiglu_config
 from ..interpreter import interpreting
 from ..kernels.swiglu_tma import _swiglu_kernel_tma
 from .device import device_guard, num_sms
-from .layout import pointer_kernel_reason, tma_layout
+from .layout import pointer_kernel_reason, storage_orders, tma_layout
 
 _FUSED_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -28,13 +28,12 @@ def fused_reason(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> s
         reason = pointer_kernel_reason(x, w)
         if reason is not None:
             return reason
-    if (w_gate.stride(0) == 1 and w_gate.shape[0] > 1) != (w_up.stride(0) == 1 and w_up.shape[0] > 1):
+    if storage_orders(x, w_gate)[1] != storage_orders(x, w_up)[1]:
         return "the two weights are in different storage orders: two matmuls, then the product"
     return None
 
 
-def swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out: torch.Tensor,
-                  compile_only: bool = False) -> bool:  # fmt: skip
+def swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out: torch.Tensor) -> bool:
     """``out = silu(x @ w_gate) * (x @ w_up)`` on the fused kernel, for operands whose
     ``fused_reason`` is None; False (nothing launched) where TMA cannot read them after all
     (then the caller runs the two matmuls)."""
@@ -60,10 +59,6 @@ def swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out
     consts = dict(X_KMAJOR=gate.a_kmajor, W_KMAJOR=gate.b_kmajor, C_TMA=gate.c_tma, INTERPRETER_BF16=interpreter_bf16,
                   BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, EPILOGUE_SUBTILE=cfg.epilogue_subtile)  # fmt: skip
     with device_guard(x.device):
-        if compile_only:
-            _swiglu_kernel_tma.warmup(*args, **consts, grid=(programs,), num_warps=cfg.num_warps,
-                                      num_stages=cfg.num_stages)  # fmt: skip
-            return True
         _swiglu_kernel_tma[(programs,)](*args, **consts, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if interpreter_bf16:
         out.copy_(kout)
