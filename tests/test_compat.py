@@ -1,6 +1,7 @@
 """Smoke test of every private torch API the plugin touches: inductor_mm_plugin/inductor/compat.py,
 and inductor_mm_plugin/torch_c.py for the layers below inductor/."""
 
+import pytest
 import torch
 
 from inductor_mm_plugin import torch_c
@@ -140,3 +141,31 @@ def test_calling_modules_and_compile_id_inside_a_trace():
     assert ["Model", "Child"] in chains and all(chain[0] == "Model" for chain in chains), chains
     assert all(compile_id is not None for _, compile_id in seen)
     assert len({str(compile_id) for _, compile_id in seen}) == len(seen)
+
+
+def test_readable_matmul_precision_answers_where_torch_raises():
+    """Set through the new per-backend API (as transformers' imports do), TF32 leaves
+    ``torch.get_float32_matmul_precision()`` raising (pytorch/pytorch#196728); inside the block
+    it answers from the per-backend settings, and the getter is torch's own again after it."""
+    from conftest import default_tf32_flags, tf32_flags_restored
+
+    legacy = torch.get_float32_matmul_precision
+    with tf32_flags_restored():
+        default_tf32_flags()
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        with compat.readable_matmul_precision():
+            assert torch.get_float32_matmul_precision() == "cuda=tf32,mkldnn=ieee"
+        torch.backends.fp32_precision = "tf32"
+        with compat.readable_matmul_precision():
+            assert torch.get_float32_matmul_precision() == "high"
+        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+        with compat.readable_matmul_precision():
+            assert torch.get_float32_matmul_precision() == "medium"
+        default_tf32_flags()
+        torch.set_float32_matmul_precision("high")  # the legacy API alone: torch's own answer
+        with compat.readable_matmul_precision():
+            assert torch.get_float32_matmul_precision() == "high"
+    assert torch.get_float32_matmul_precision is legacy
+    with pytest.raises(ZeroDivisionError), compat.readable_matmul_precision():
+        1 / 0
+    assert torch.get_float32_matmul_precision is legacy

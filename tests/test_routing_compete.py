@@ -31,6 +31,28 @@ def test_compete_lets_aten_win_where_faster():
     assert (plugin, stock) == (0, 2), codes
 
 
+def test_compete_compiles_with_tf32_set_through_the_new_api():
+    """transformers' imports set TF32 through ``torch.backends.*.fp32_precision``, after which
+    ``torch.get_float32_matmul_precision()`` raises (pytorch/pytorch#196728). Inductor's
+    autotuning reads it as soon as it has two choices to time, so compete=True crashed the
+    compile where stock (one choice) did not. Float32 operands, so the precision is read."""
+    from conftest import default_tf32_flags, tf32_flags_restored
+
+    model, x = MLP().to(DEVICE), torch.randn(64, 16, device=DEVICE)
+    with tf32_flags_restored():
+        default_tf32_flags()
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+            torch.get_float32_matmul_precision()  # the state this test is about
+        with record_sites() as records:
+            out, _, codes = run_compiled(model, x, backend="inductor_mm_plugin",
+                                         options={"select": "all", "compete": True})  # fmt: skip
+    assert sum(r.routed for r in records) == 2
+    assert sum(count_calls(codes)) == 2, codes
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x))
+
+
 # ------------------------------------------------------------------ on graphs of fake tensors
 
 

@@ -10,6 +10,8 @@ instead of a compile deep inside Inductor. Differences papered over:
 * ``config.post_grad_custom_pre_pass`` holds one pass on 2.11; 2.13 also takes a list.
 * ``ExternKernelChoice`` / ``TritonTemplate`` assert on duplicate names on both, and only
   2.13 has a registry to look them up: the plugin keeps its own singletons.
+* Inductor's autotuning keys read ``torch.get_float32_matmul_precision()``, which raises on
+  both once TF32 was set through the per-backend API (``readable_matmul_precision``).
 """
 
 from __future__ import annotations
@@ -50,8 +52,47 @@ PASS_SLOT = "post_grad_custom_pre_pass"
 
 def select_algorithm(name: str, choices: list, input_nodes: list, layout) -> Any:
     """``autotune_select_algorithm`` returning the node on every supported torch."""
-    result = autotune_select_algorithm(name, choices, input_nodes, layout)
+    with readable_matmul_precision():
+        result = autotune_select_algorithm(name, choices, input_nodes, layout)
     return result[0] if isinstance(result, tuple) else result
+
+
+@contextlib.contextmanager
+def readable_matmul_precision():
+    """Within the block, ``torch.get_float32_matmul_precision()`` answers where torch's raises.
+
+    Inductor keys its autotuning on that getter (``select_algorithm.create_precompile_key``,
+    ``codecache.PersistentCache.lookup``), and it raises "mix of the legacy and new APIs" once
+    a matmul precision was set through ``torch.backends.*.fp32_precision``, as transformers'
+    imports do (pytorch/pytorch#196728; torch 2.11 and 2.13). Stock picks one choice there and
+    never asks; the plugin's competing choices would crash the compile. The answer comes
+    from the per-backend settings (``_matmul_precision_from_backends``).
+    """
+    legacy = torch.get_float32_matmul_precision
+
+    def answering():
+        try:
+            return legacy()
+        except RuntimeError:
+            return _matmul_precision_from_backends()
+
+    torch.get_float32_matmul_precision = answering
+    try:
+        yield
+    finally:
+        torch.get_float32_matmul_precision = legacy
+
+
+def _matmul_precision_from_backends() -> str:
+    """The legacy name of the per-backend matmul precisions, as torch maps them ("highest":
+    ieee on CUDA and oneDNN, "high": tf32, "medium": tf32 on CUDA and bf16 on oneDNN), or
+    ``cuda=...,mkldnn=...`` for a pair with no legacy name; "none" reads the generic setting,
+    and an unset generic one is torch's default, ieee."""
+    generic = torch.backends.fp32_precision if torch.backends.fp32_precision != "none" else "ieee"
+    cuda, mkldnn = (p if p != "none" else generic for p in (torch.backends.cuda.matmul.fp32_precision,
+                                                           torch.backends.mkldnn.matmul.fp32_precision))  # fmt: skip
+    legacy = {("ieee", "ieee"): "highest", ("tf32", "tf32"): "high", ("tf32", "bf16"): "medium"}
+    return legacy.get((cuda, mkldnn), f"cuda={cuda},mkldnn={mkldnn}")
 
 
 def current_fx_node() -> torch.fx.Node | None:
