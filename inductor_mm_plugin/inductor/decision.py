@@ -29,6 +29,7 @@ class RouteDecision:
     site: str  # the site as the logs print it
     compete: Compete | None = None  # None: the plugin runs, no autotuning against aten
     epilogue: bool = False  # a pointwise user Inductor can fuse into the plugin's template
+    timed: bool = False  # routed because its extern kernel timed faster: that form runs, no template
 
 
 def record(node: torch.fx.Node, decision: RouteDecision) -> None:

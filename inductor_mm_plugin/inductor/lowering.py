@@ -205,14 +205,16 @@ def lower_bmm(a, b):
 
 def lower_mm_swiglu(x, w_gate, w_up):
     """Both matmuls and the product in the SwiGLU template where it applies (CUDA, fp16/bf16,
-    TMA-readable static operands); otherwise, and also when the site competes, the extern
-    op (the plugin's two matmul kernels, then the product)."""
+    TMA-readable static operands); otherwise, also when the site competes, the extern op
+    (the fused eager kernel where it takes the operands, else the plugin's two matmul kernels
+    and the product). A pair fused because its extern kernel timed faster runs that alone."""
     fallback = lambda: _as_fallback(plugin_ops.mm_swiglu.default, x, w_gate, w_up)  # noqa: E731
     _, _, _, layout, x, w_gate = compat.mm_args(x, w_gate)
     _, _, _, _, x, w_up = compat.mm_args(x, w_up)
-    compete = decision.current().compete is not None
+    routed = decision.current()
+    compete = routed.compete is not None
     choices = []
-    if tma.swiglu_applies(x, w_gate, w_up, layout):
+    if not routed.timed and tma.swiglu_applies(x, w_gate, w_up, layout):
         tma.append_swiglu_choices(choices, x, w_gate, w_up, layout, compete=compete)
     if compat.cpp_wrapper():
         if not choices:

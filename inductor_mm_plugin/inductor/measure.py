@@ -23,6 +23,11 @@ The rule, as the README states it:
   is not timed at all; a sure winner is routed untimed under CUDA graphs, where the site is
   large enough for the saving floor (smaller ones are timed).
 
+A SwiGLU pair (``fuse_swiglu="measured"``) is timed the same way as one site, op
+``"swiglu"``: the fused kernel (``mm_swiglu``'s extern kernel) against stock's form, cuBLAS's two
+matmuls and Inductor's one pointwise pass for the product (``runtime.swiglu.stock_swiglu``).
+Pairs of at most ``SWIGLU_LOSES_UP_TO_M`` rows are not timed (``decide_swiglu``).
+
 Decisions are cached in memory and on disk (``RoutingCache``), keyed by GPU, versions, kernel
 source and the site's signature, so a second compile measures nothing.
 
@@ -54,6 +59,10 @@ MARGIN = 1.02  # the plugin must be at least this much faster in the median roun
 MIN_SAVING_US = 0.5
 ROUNDS = 5
 _HOST_REPS = 32
+# The fused SwiGLU kernel lost to stock's form at every M <= 512 measured, so such pairs are
+# not timed and decode times nothing new. H100, 672969a (docs/performance.md): stock / fused
+# 0.81, 0.85 and 0.82 at M = 16, 128 and 512 (d = 2048, f = 5632); 0.98-1.18 from M = 1000.
+SWIGLU_LOSES_UP_TO_M = 512
 log = logging.getLogger(__name__)
 
 
@@ -149,8 +158,9 @@ def measure(op: str, operands: list[tuple[tuple, tuple, int]], dtype: torch.dtyp
     measured."""
     with compat.unset_fake_temporarily(), torch.no_grad():
         device = torch.device(device)
-        out_shape = _out_shape(operands)
-        one_set = (sum(benchmarking.extent(*layout) for layout in operands) + math.prod(out_shape)) * dtype.itemsize
+        out_shape = _out_shape(op, operands)
+        outs = 3 if op == "swiglu" else 1  # stock's SwiGLU writes both matmul results, then the product
+        one_set = (sum(benchmarking.extent(*layout) for layout in operands) + outs * math.prod(out_shape)) * dtype.itemsize
         plugin_calls, aten_calls = [], []
         for _ in range(benchmarking.copies(one_set, device)):
             args = [benchmarking.operand(*layout, dtype, device) for layout in operands]
@@ -173,15 +183,27 @@ def measure(op: str, operands: list[tuple[tuple, tuple, int]], dtype: torch.dtyp
                            tuple(benchmarking.ratios(times, "aten", "plugin")), graphs, host["plugin"], host["aten"])  # fmt: skip
 
 
-def _out_shape(operands: list[tuple[tuple, tuple, int]]) -> tuple:
-    """The result's sizes from the operands' layouts: a's leading dims, b's last."""
-    return (*operands[-2][0][:-1], operands[-1][0][-1])
+def _out_shape(op: str, operands: list[tuple[tuple, tuple, int]]) -> tuple:
+    """The result's sizes from the operands' layouts: a's leading dims, b's last (SwiGLU's
+    (x, w_gate, w_up): x's rows, the weights' columns)."""
+    a, b = (operands[0], operands[1]) if op == "swiglu" else (operands[-2], operands[-1])
+    return (*a[0][:-1], b[0][-1])
 
 
 def _call(op: str, args: list, out, alpha, beta, plugin: bool):
-    """One call of the plugin's op or aten's on ``args``, writing ``out``."""
+    """One call of the plugin's op or aten's on ``args``, writing ``out``; for ``"swiglu"``
+    the fused kernel as ``mm_swiglu``'s extern kernel runs it, or stock's form."""
     from ..runtime import addmm_launch, bmm_launch, mm_launch
 
+    if op == "swiglu":
+        from ..ops.swiglu import mm_swiglu_launch
+        from ..runtime.swiglu import stock_swiglu
+
+        x, w_gate, w_up = args
+        if plugin:
+            return lambda: mm_swiglu_launch(x, w_gate, w_up, out=out)
+        gate, up = torch.empty_like(out), torch.empty_like(out)
+        return lambda: stock_swiglu(x, w_gate, w_up, gate, up, out)
     if op == "addmm":
         bias, a, b = args
         if plugin:
@@ -205,6 +227,23 @@ def decide(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> tupl
     if sure is not None:
         return sure.verdict == "wins", sure.describe(), None
     measured = cached_or_measure(key, op, vals, alpha, beta, graphs)
+    if measured.faster:
+        return True, "", measured
+    return False, not_routed("slower", measured=measured.describe(), margin=MARGIN, saving=MIN_SAVING_US), measured
+
+
+def decide_swiglu(vals: list[torch.Tensor], graphs: bool) -> tuple[bool, str, Measurement | None]:
+    """(fused, reason, measurement) of a SwiGLU pair on CUDA (``vals``: x, w_gate, w_up, which
+    the fused kernel takes, ``runtime.swiglu.fused_reason``): fused where the fused kernel beat
+    stock's form by the routing rule, as a site's kernel must beat aten's (``decide``)."""
+    key = signature("swiglu", vals, 1, 1, graphs)
+    if key is None:
+        return False, "symbolic sizes: not timed", None
+    rows = vals[0].shape[0]
+    if rows <= SWIGLU_LOSES_UP_TO_M:
+        return False, (f"{rows} rows: the fused kernel lost to stock's form at every M <= {SWIGLU_LOSES_UP_TO_M} "
+                       "measured, so it is not timed"), None  # fmt: skip
+    measured = cached_or_measure(key, "swiglu", vals, 1, 1, graphs)
     if measured.faster:
         return True, "", measured
     return False, not_routed("slower", measured=measured.describe(), margin=MARGIN, saving=MIN_SAVING_US), measured
@@ -306,14 +345,14 @@ def _compile_args(todo: dict) -> list[tuple]:
     sum of its sites' operands."""
     need: dict = {}
     for op, operands, dtype, device, alpha, beta in todo.values():
-        extents = [benchmarking.extent(*layout) for layout in operands] + [math.prod(_out_shape(operands))]
+        extents = [benchmarking.extent(*layout) for layout in operands] + [math.prod(_out_shape(op, operands))]
         need[(device, dtype)] = max(need.get((device, dtype), 1), *extents)
     buffers = {key: torch.empty(n, dtype=key[1], device=key[0]) for key, n in need.items()}
     calls = []
     for op, operands, dtype, device, alpha, beta in todo.values():
         buf = buffers[(device, dtype)]
         args = [buf.as_strided(*layout) for layout in operands]
-        out_shape = _out_shape(operands)
+        out_shape = _out_shape(op, operands)
         out = buf[: math.prod(out_shape)].view(out_shape)
         bias, (a, b) = (args[0], args[1:]) if op == "addmm" else (None, args)
         calls.append((a, b, out, bias, beta, alpha))

@@ -34,8 +34,11 @@ class PluginOptions:
              results nothing else reads becomes one ``inductor_mm_plugin::mm_swiglu``, both
              matmuls in one template kernel that writes only the product. "auto" (default):
              where that template runs (CUDA, fp16/bf16, static shapes, TMA-readable operands),
-             and not under compete="auto", which routes measured extern kernels only. True:
-             wherever the pattern appears. False: never.
+             and not under compete="auto", which routes measured extern kernels only.
+             "measured": as "auto", but under compete="auto" a pair is fused where the fused
+             kernel timed faster than stock's form (cuBLAS's two matmuls, then one pointwise
+             kernel for the product; measure.py), and runs that kernel. True: wherever the
+             pattern appears. False: never.
     plan:    a routing plan file written by ``compare(..., write_plan=FILE)`` (plan_file.py):
              selected sites run the plugin's kernel exactly where the plan says it won in
              the measured model, nothing is measured at compile time; read and checked here.
@@ -48,10 +51,11 @@ class PluginOptions:
 
     def __post_init__(self):
         validate_select(self.select)
-        for key in ("compete", "fuse_swiglu"):
-            value = getattr(self, key)
-            if not isinstance(value, bool) and value != "auto":
-                raise TypeError(f"inductor_mm_plugin: {key} must be True, False or 'auto', got {value!r}")
+        if not isinstance(self.compete, bool) and self.compete != "auto":
+            raise TypeError(f"inductor_mm_plugin: compete must be True, False or 'auto', got {self.compete!r}")
+        if not isinstance(self.fuse_swiglu, bool) and self.fuse_swiglu not in ("auto", "measured"):
+            raise TypeError("inductor_mm_plugin: fuse_swiglu must be True, False, 'auto' or 'measured', "
+                            f"got {self.fuse_swiglu!r}")  # fmt: skip
         if self.plan is not None and not isinstance(self.plan, plan_file.Plan):
             if not isinstance(self.plan, (str, os.PathLike)):
                 raise TypeError(f"inductor_mm_plugin: plan must be the path of a routing plan, got {self.plan!r}")

@@ -31,6 +31,7 @@ import types
 import torch
 
 from ..interpreter import interpreting
+from ..runtime.swiglu import fused_reason
 from ..version import __version__
 from . import compat, decision, measure
 from .decision import Compete, RouteDecision
@@ -224,15 +225,23 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
         root = dataclasses.replace(root, has_opted_in=True)
     decisions = [decide(site, ineligible_reason(node), options.select, root) for node, site in zip(nodes, sites)]
     routed_mms = [n for n, s, (routed, _) in zip(nodes, sites, decisions) if routed and s.op == "mm"]
+    site_of = dict(zip(nodes, sites))
     fused = {}  # mm node -> the SwiGLU pair it belongs to
+    pair_measured = {}  # mm node -> its fused pair's measurement (fuse_swiglu="measured")
     # fuse_swiglu="auto" fuses where the SwiGLU template runs, but not under compete="auto",
     # which routes measured extern kernels only: inside a Llama model the fused template (with
     # the RMSNorm fused into it) took 603 us where stock took 572 (docs/performance.md).
+    # "measured" there fuses a pair where the fused kernel timed faster than stock's form.
     measured_form = options.compete == "auto" or options.plan is not None
-    fuse = options.fuse_swiglu is True if measured_form else options.fuse_swiglu
+    timed_pairs = options.fuse_swiglu == "measured" and options.compete == "auto" and options.plan is None
+    fuse = ("auto" if timed_pairs else options.fuse_swiglu is True) if measured_form else options.fuse_swiglu
     for pair in swiglu_pairs(routed_mms, fuse):
+        if timed_pairs:
+            take, measured = _timed_swiglu(pair, site_of[pair[0]])
+            if not take:
+                continue
+            pair_measured.update(dict.fromkeys(pair[:2], measured))
         fused.update(dict.fromkeys(pair[:2], pair))
-    site_of = dict(zip(nodes, sites))
     # The sites measured below: selected, not fused, on CUDA, under compete="auto" without a plan.
     timed = [n for n, (routed, _) in zip(nodes, decisions) if routed and n not in fused and _on_cuda(n)]
     timed = timed if options.compete == "auto" and options.plan is None else []
@@ -245,11 +254,13 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
         if node in fused:
             gate, up, product = fused[node]
             compete = Compete.ALL if options.compete is True else None
+            measured = pair_measured.get(node)
             if gate not in done:  # the pair's first site in graph order rewrites both
-                fuse_swiglu(graph, gate, up, product, site_of[gate], compete)
+                fuse_swiglu(graph, gate, up, product, site_of[gate], compete, timed=measured is not None)
                 done.add(gate)
+            why = f": the fused kernel's {measured.describe()}" if measured else ""
             log_decision("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
-                         "inductor_mm_plugin::mm_swiglu", site)  # fmt: skip
+                         "inductor_mm_plugin::mm_swiglu%s", site, why)  # fmt: skip
         elif routed:
             if options.plan is not None:
                 routed, reason = options.plan.decide(site)
@@ -277,6 +288,22 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     graph.lint()
     measure.compile_routed(extern)
     return records
+
+
+def _timed_swiglu(pair: tuple, site: Site) -> tuple[bool, Measurement | None]:
+    """Whether a SwiGLU pair on CUDA runs fused under ``fuse_swiglu="measured"``: where the
+    fused kernel takes its operands and timed faster than stock's form (``measure.decide_swiglu``);
+    else its two matmuls are decided as any other sites."""
+    gate, up, _ = pair
+    vals = [n.meta.get("val") for n in (gate.args[0], gate.args[1], up.args[1])]
+    reason = fused_reason(*vals) if _on_cuda(gate) else "not on CUDA: nothing to time"
+    measured = None
+    if reason is None:
+        take, reason, measured = measure.decide_swiglu(vals, bool(compat.inductor_config.triton.cudagraphs))
+        if take:
+            return True, measured
+    log_decision("not fused %s with the other matmul of silu(x @ w_gate) * (x @ w_up): %s", site, reason)
+    return False, measured
 
 
 def _measured_site(node: torch.fx.Node) -> tuple:

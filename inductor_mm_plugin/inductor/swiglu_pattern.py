@@ -1,6 +1,7 @@
 """SwiGLU's pattern: ``silu(x @ w_gate) * (x @ w_up)`` from two routed mm sites becomes one
 ``inductor_mm_plugin::mm_swiglu``, whose template runs both matmuls in one kernel and writes
-only the product (ops/swiglu.py, templates/tma.py). Called by the routing pass."""
+only the product (ops/swiglu.py, templates/tma.py), or, for a pair fused because it timed
+faster (``fuse_swiglu="measured"``), whose extern kernel does. Called by the routing pass."""
 
 from __future__ import annotations
 
@@ -145,7 +146,9 @@ def swiglu_pairs(mms: list[torch.fx.Node], option) -> list[tuple[torch.fx.Node, 
     return pairs
 
 
-def fuse_swiglu(graph, gate, up, product, site: Site, compete: Compete | None) -> None:
+def fuse_swiglu(graph, gate, up, product, site: Site, compete: Compete | None, timed: bool = False) -> None:
+    """Replace the pair and its product by one ``mm_swiglu`` node; ``timed``: the pair was fused
+    because its extern kernel timed faster (``fuse_swiglu="measured"``), so that form runs."""
     x, w_gate, w_up = gate.args[0], gate.args[1], up.args[1]
     with graph.inserting_before(product):
         fused = graph.call_function(MM_SWIGLU, (x, w_gate, w_up))
@@ -154,7 +157,7 @@ def fuse_swiglu(graph, gate, up, product, site: Site, compete: Compete | None) -
             out = graph.call_function(_aten.reshape.default, (fused, list(product.meta["val"].shape)))
             out.meta["val"] = product.meta["val"]
     copy_meta(gate, fused)
-    decision.record(fused, RouteDecision(str(site), compete, epilogue=True))
+    decision.record(fused, RouteDecision(str(site), compete, epilogue=not timed, timed=timed))
     product.replace_all_uses_with(out)
     # Erase the product, then whatever only fed it, users before producers.
     dead = [product]

@@ -1,6 +1,7 @@
 """The fused SwiGLU kernel's launch (kernels/swiglu_tma.py): which operands it takes, and one
 call of it. ``ops/swiglu.py`` runs it where ``fused_reason`` is None, else the plugin's two
-plain matmuls and the product."""
+plain matmuls and the product. ``stock_swiglu`` is what stock runs instead, for the routing
+pass to time the fused kernel against (inductor/measure.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..configs import persistent_programs, swiglu_config
 from ..interpreter import interpreting
+from ..kernels.silu_mul import _silu_mul_kernel
 from ..kernels.swiglu_tma import _swiglu_kernel_tma
 from .device import device_guard, num_sms
 from .layout import pointer_kernel_reason, storage_orders, tma_layout
 
 _FUSED_DTYPES = (torch.float16, torch.bfloat16)
+_SILU_MUL_BLOCK = 1024  # Inductor's usual pick for a large 1-D pointwise kernel (XBLOCK, 4 warps)
 
 
 def fused_reason(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> str | None:
@@ -63,3 +66,15 @@ def swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out
     if interpreter_bf16:
         out.copy_(kout)
     return True
+
+
+def stock_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
+                 out: torch.Tensor) -> None:  # fmt: skip
+    """``out = silu(x @ w_gate) * (x @ w_up)`` as stock's compiled graph runs it: cuBLAS writes
+    both matmul results (into ``gate`` and ``up``, contiguous), then one pointwise kernel reads
+    them and writes the product (``kernels/silu_mul.py``; ``out`` contiguous)."""
+    torch.mm(x, w_gate, out=gate)
+    torch.mm(x, w_up, out=up)
+    n = out.numel()
+    with device_guard(x.device):
+        _silu_mul_kernel[(triton.cdiv(n, _SILU_MUL_BLOCK),)](gate, up, out, n, BLOCK=_SILU_MUL_BLOCK, num_warps=4)
