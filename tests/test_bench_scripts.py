@@ -2,6 +2,7 @@
 kept out of the timing, two versions of the package in one process (ab.py), the model
 clients (models.py). No timing is checked here, only the bookkeeping around it."""
 
+import dataclasses
 import importlib
 import os
 import pathlib
@@ -438,3 +439,20 @@ def test_models_plugin_swiglu_arm_compiles_with_measured_swiglu_and_is_reported(
             for arm, ms in (("stock", 2.0), ("plugin", 2.0), ("plugin_swiglu", 1.6))]  # fmt: skip
     text = models.table(rows)
     assert "plugin_swiglu vs stock: lowest 1.250" in text and "geomean 1.250" in text
+
+
+def test_sweep_swiglu_candidates_fit_and_draws_are_timed_sizes():
+    import sweep_swiglu
+
+    from inductor_mm_plugin.configs import swiglu_config
+    from inductor_mm_plugin.inductor.measure import SWIGLU_LOSES_UP_TO_M
+
+    names = [c.short() for c in sweep_swiglu.CONFIGS]
+    assert len(set(names)) == len(names) and swiglu_config() in sweep_swiglu.CONFIGS
+    assert all(sweep_swiglu.fits(c) for c in sweep_swiglu.CONFIGS)
+    too_deep = dataclasses.replace(swiglu_config(), num_stages=5)  # 5 x 48 KiB of tiles
+    assert not sweep_swiglu.fits(too_deep)
+    shapes = sweep_swiglu.drawn(50, seed=7)
+    assert shapes == sweep_swiglu.drawn(50, seed=7) and shapes != sweep_swiglu.drawn(50, seed=8)
+    assert all(SWIGLU_LOSES_UP_TO_M < M <= 16384 and d % 64 == 0 and f % 64 == 0 and 512 <= min(d, f)
+               for M, d, f in shapes)  # fmt: skip

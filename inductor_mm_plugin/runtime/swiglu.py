@@ -9,7 +9,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..configs import persistent_programs, swiglu_config
+from ..configs import MatmulConfig, persistent_programs, swiglu_config
 from ..interpreter import interpreting
 from ..kernels.silu_mul import _silu_mul_kernel
 from ..kernels.swiglu_tma import _swiglu_kernel_tma
@@ -36,11 +36,13 @@ def fused_reason(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> s
     return None
 
 
-def swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out: torch.Tensor) -> bool:
+def swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out: torch.Tensor,
+                  config: MatmulConfig | None = None) -> bool:  # fmt: skip
     """``out = silu(x @ w_gate) * (x @ w_up)`` on the fused kernel, for operands whose
     ``fused_reason`` is None; False (nothing launched) where TMA cannot read them after all
-    (then the caller runs the two matmuls)."""
-    cfg = swiglu_config(interpreting())
+    (then the caller runs the two matmuls). ``config`` forces a TMA config (its tiles, group,
+    warps, stages and subtiled store; the sweep, bench/sweep_swiglu.py)."""
+    cfg = config or swiglu_config(interpreting())
     interpreter_bf16 = interpreting() and x.dtype == torch.bfloat16
     # Interpreter only: its fp32 -> bf16 cast truncates (runtime/launch.py): store fp32, torch rounds.
     kout = out.new_empty(out.shape, dtype=torch.float32) if interpreter_bf16 else out
