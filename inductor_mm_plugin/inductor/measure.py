@@ -226,6 +226,11 @@ def decide(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> tupl
     sure = _sure(op, vals, alpha, beta, graphs)
     if sure is not None:
         return sure.verdict == "wins", sure.describe(), None
+    return _timed_verdict(key, op, vals, alpha, beta, graphs)
+
+
+def _timed_verdict(key: str, op: str, vals, alpha, beta, graphs: bool) -> tuple[bool, str, Measurement]:
+    """(faster, reason, measurement) from the cached or new measurement of ``key``."""
     measured = cached_or_measure(key, op, vals, alpha, beta, graphs)
     if measured.faster:
         return True, "", measured
@@ -243,10 +248,7 @@ def decide_swiglu(vals: list[torch.Tensor], graphs: bool) -> tuple[bool, str, Me
     if rows <= SWIGLU_LOSES_UP_TO_M:
         return False, (f"{rows} rows: the fused kernel lost to stock's form at every M <= {SWIGLU_LOSES_UP_TO_M} "
                        "measured, so it is not timed"), None  # fmt: skip
-    measured = cached_or_measure(key, "swiglu", vals, 1, 1, graphs)
-    if measured.faster:
-        return True, "", measured
-    return False, not_routed("slower", measured=measured.describe(), margin=MARGIN, saving=MIN_SAVING_US), measured
+    return _timed_verdict(key, "swiglu", vals, 1, 1, graphs)
 
 
 def _sure(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool):

@@ -232,9 +232,13 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     # which routes measured extern kernels only: inside a Llama model the fused template (with
     # the RMSNorm fused into it) took 603 us where stock took 572 (docs/performance.md).
     # "measured" there fuses a pair where the fused kernel timed faster than stock's form.
-    measured_form = options.compete == "auto" or options.plan is not None
     timed_pairs = options.fuse_swiglu == "measured" and options.compete == "auto" and options.plan is None
-    fuse = ("auto" if timed_pairs else options.fuse_swiglu is True) if measured_form else options.fuse_swiglu
+    if timed_pairs:
+        fuse = "auto"  # the pairs the fused kernel takes; each is timed below
+    elif options.compete == "auto" or options.plan is not None:
+        fuse = options.fuse_swiglu is True
+    else:
+        fuse = options.fuse_swiglu
     for pair in swiglu_pairs(routed_mms, fuse):
         if timed_pairs:
             take, measured = _timed_swiglu(pair, site_of[pair[0]])
