@@ -76,6 +76,13 @@ def spread(xs: list[float] | None, fmt: str = ".2f") -> str:
     return f"{min(xs):{fmt}}–{max(xs):{fmt}}" if xs and len(xs) > 1 else ""
 
 
+def print_configs(results: list[dict], most: int | None = None, fmt: str = ".2f", extra=lambda r: "") -> None:
+    """A sweep row's configs, fastest first: ratio (its per-round spread), ``extra(r)``, name, error."""
+    for r in sorted(results, key=lambda r: -(r.get("ratio") or 0))[:most]:
+        ratio = f"{r['ratio']:{fmt}} ({spread(r.get('ratio_rounds'), fmt)})" if r.get("ratio") else "  -  "
+        print(f"      {ratio}  {extra(r)}{r['config']}  {r.get('error') or ''}", flush=True)
+
+
 # ------------------------------------------------------------------------------ timing
 
 

@@ -31,7 +31,7 @@ import sys
 import torch
 from _timing import (
     GraphTimer, add_common_args, append_jsonl, config_name, dtype_of, make_operands, matmul_config_class, matmul_error,
-    median, plugin_runtime, precompile, ratios, require_cuda, rounds, run_meta, spread, time_ms,
+    median, plugin_runtime, precompile, print_configs, ratios, require_cuda, rounds, run_meta, time_ms,
 )  # fmt: skip
 
 SMEM_LIMIT_BYTES = 232448  # H100 / H200: 227 KB of shared memory per block
@@ -418,9 +418,7 @@ def main():
             best = f"{row['best_ratio']:5.2f}" if row["best_ratio"] else "  -  "
             print(f"{g:10s} {shape[0]:6d}x{shape[1]:6d}x{shape[2]:6d} {layout:8s} heuristic {h} "
                   f"[{row['heuristic']}] best {best} [{row['best']}]", flush=True)  # fmt: skip
-            for r in sorted(row["results"], key=lambda r: -(r.get("ratio") or 0))[:8]:
-                ratio = f"{r['ratio']:5.2f} ({spread(r.get('ratio_rounds'))})" if r.get("ratio") else "  -  "
-                print(f"      {ratio}  {r['config']}  {r.get('error') or ''}", flush=True)
+            print_configs(row["results"], most=8, fmt="5.2f")
             torch.cuda.empty_cache()
     print(f"rows appended to {jsonl}")
 

@@ -38,8 +38,8 @@ import random
 
 import torch
 from _timing import (
-    GraphTimer, add_common_args, append_jsonl, config_name, median, ratios, require_cuda, rotating, rotation, rounds,
-    run_meta, spread,
+    GraphTimer, add_common_args, append_jsonl, config_name, median, print_configs, ratios, require_cuda, rotating,
+    rotation, rounds, run_meta,
 )  # fmt: skip
 from sweep_configs import SMEM_LIMIT_BYTES, T
 
@@ -148,9 +148,7 @@ def main():
         print(f"{M:6d} x {d:6d} x {f:6d}  pair {row['pair_ms']:.3f} ms  stock {row['stock_ms']:.3f} ms  "
               f"default {row['default_ratio'] or 0:.3f} (stock {row['default_stock_ratio'] or 0:.3f})  "
               f"best {row['best_ratio'] or 0:.3f} (stock {row['best_stock_ratio'] or 0:.3f}) [{row['best']}]", flush=True)
-        for r in sorted(row["results"], key=lambda r: -(r.get("ratio") or 0)):
-            ratio = f"{r['ratio']:.3f} ({spread(r.get('ratio_rounds'), '.3f')})" if r.get("ratio") else "  -  "
-            print(f"      {ratio}  stock {r.get('stock_ratio') or 0:.3f}  {r['config']}  {r.get('error') or ''}", flush=True)
+        print_configs(row["results"], fmt=".3f", extra=lambda r: f"stock {r.get('stock_ratio') or 0:.3f}  ")
         torch.cuda.empty_cache()
     print(f"rows appended to {jsonl}")
 
