@@ -472,12 +472,17 @@ def test_gpu_template_and_eager_kernel_agree_bitwise(m, n, k, a_t, with_bias):
     # compete=False: the template whatever autotuning would say (with the default
     # compete="auto" an unaligned site may time the pointer template against aten and keep aten).
     opts = {"options": {"compete": False}}
-    if with_bias:
-        out, codes, _ = compile_code(lambda a, b, bias: torch.relu(torch.addmm(bias, a, b)), a, b, bias, **opts)
-    else:
-        out, codes, _ = compile_code(lambda a, b: torch.relu(a @ b), a, b, **opts)
+    # Inductor's pad_mm pass (shape_padding) pads some mms' M by a timing of its own: on the H100
+    # 300 rows became 304, so the site's user was a slice, not the relu, and the site ran the
+    # extern kernel. This test is about the template, so that pass stays off here.
+    with torch._inductor.config.patch(shape_padding=False):
+        if with_bias:
+            out, codes, _ = compile_code(lambda a, b, bias: torch.relu(torch.addmm(bias, a, b)), a, b, bias, **opts)
+        else:
+            out, codes, _ = compile_code(lambda a, b: torch.relu(a @ b), a, b, **opts)
     kernels = [src for src in kernels_of(codes).values() if MARKER in src]
-    assert len(kernels) == 1, kernels
+    calls = [line.strip() for code in codes for line in code.splitlines() if ".run(" in line or "extern_kernels." in line]
+    assert len(kernels) == 1, calls
     aligned = k * 2 % 16 == 0 and (not a_t or m * 2 % 16 == 0)  # TMA: 16-byte aligned row strides
     sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
     tma_cfgs = aligned and tma_template_configs(m, n, k, 2, "bfloat16", not a_t, True, sms)  # [] for one wave
