@@ -229,7 +229,7 @@ def decide(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> tupl
     return _timed_verdict(key, op, vals, alpha, beta, graphs)
 
 
-def _timed_verdict(key: str, op: str, vals, alpha, beta, graphs: bool) -> tuple[bool, str, Measurement]:
+def _timed_verdict(key: str, op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool) -> tuple[bool, str, Measurement]:
     """(faster, reason, measurement) from the cached or new measurement of ``key``."""
     measured = cached_or_measure(key, op, vals, alpha, beta, graphs)
     if measured.faster:
