@@ -310,8 +310,11 @@ def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fres
     threads = measure.compat.inductor_config.patch
     monkeypatch.setattr(measure, "_on_cuda", lambda vals: True)  # CPU tensors stand in for CUDA ones
     compiled = []
-    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_calls",
-                        lambda calls, workers: compiled.append((calls, workers)) or len(calls))  # fmt: skip
+    def compile_calls(calls, swiglu_calls, workers):
+        compiled.append((calls, swiglu_calls, workers))
+        return len(calls) + len(swiglu_calls)
+
+    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_calls", compile_calls)
     monkeypatch.setattr(measure, "_sure", lambda op, vals, alpha, beta, graphs: vals[-2].shape[0] == 7 or None)
     seen = [x_of(64, 96), x_of(96, 128)]
     seen_key = measure.signature("mm", seen, 1, 1, True)
@@ -321,11 +324,15 @@ def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fres
              ("mm", [x_of(8, 16), weight.t()], 1, 1, True),  # the same signature again
              ("mm", [x_of(7, 16), x_of(16, 32)], 1, 1, True),  # the shape table is sure
              ("mm", seen, 1, 1, True),  # measured before
-             ("addmm", [x_of(32), x_of(8, 16), weight.t()], 1, 1, True)]  # compiled, with its bias  # fmt: skip
+             ("addmm", [x_of(32), x_of(8, 16), weight.t()], 1, 1, True),  # compiled, with its bias
+             ("swiglu", [x_of(520, 16), weight.t(), weight.t()], 1, 1, True),  # a pair timed: its kernels
+             ("swiglu", [x_of(512, 16), weight.t(), weight.t()], 1, 1, True)]  # a pair of 512 rows: untimed  # fmt: skip
     with threads(compile_threads=4):
-        assert measure.precompile(sites) == 2
-    (calls, workers), = compiled
-    assert workers == 2
+        assert measure.precompile(sites) == 3
+    (calls, swiglu_calls, workers), = compiled
+    assert workers == 3
+    (x, w_gate, w_up, fused_out), = swiglu_calls
+    assert (x.shape, w_gate.shape, w_up.stride(), fused_out.shape) == ((520, 16), (16, 32), (1, 16), (520, 32))
     (a, b, out, bias, _, _), (a2, b2, out2, bias2, _, _) = calls
     assert bias is None and tuple(bias2.shape) == (32,)
     for x, w, o in ((a, b, out), (a2, b2, out2)):
@@ -335,7 +342,7 @@ def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fres
     with threads(compile_threads=1):
         assert measure.precompile(sites) == 0 and len(compiled) == 1
     # Compiling ahead only saves time: a failure there is logged and left to the timing.
-    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_calls", lambda calls, workers: 1 / 0)
+    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_calls", lambda calls, swiglu_calls, workers: 1 / 0)
     with threads(compile_threads=4):
         assert measure.precompile(sites) == 0
 

@@ -61,8 +61,8 @@ def test_swiglu_out_shape_and_signature():
 @pytest.fixture
 def timed(monkeypatch):
     """Timing answers ``ratios[op]`` (stock time / plugin time) in every round; ``calls`` lists
-    each timed op."""
-    state = {"ratios": {"swiglu": 1.2, "mm": 0.9}, "calls": []}
+    each timed op; ``precompiled`` each compile ahead: (ops timed before it, its sites' ops)."""
+    state = {"ratios": {"swiglu": 1.2, "mm": 0.9}, "calls": [], "precompiled": []}
 
     def fake(key, op, vals, alpha, beta, graphs):
         state["calls"].append(op)
@@ -70,7 +70,8 @@ def timed(monkeypatch):
         return Measurement(10.0, 10.0 * ratio, (ratio,) * 5, graphs)
 
     monkeypatch.setattr(measure, "cached_or_measure", fake)
-    monkeypatch.setattr(measure, "precompile", lambda sites: 0)
+    monkeypatch.setattr(measure, "precompile",
+                        lambda sites: state["precompiled"].append((len(state["calls"]), [s[0] for s in sites])) or 0)  # fmt: skip
     monkeypatch.setattr(measure, "compile_routed", lambda sites: len(sites))
     return state
 
@@ -121,6 +122,15 @@ def test_a_pair_that_times_faster_is_fused_and_runs_the_extern_kernel(timed):
     assert not [n for n in graph.nodes if n.target in (aten.mm.default, aten.mul.Tensor)]
 
 
+@pytest.mark.parametrize("ratio", [1.2, 0.95])
+def test_a_timed_pair_compiles_beside_its_sites_before_anything_is_timed(timed, ratio):
+    """The pair's kernels and its two matmuls' compile side by side ahead (either may run:
+    that is what the timing decides), once, before the first timing."""
+    timed["ratios"]["swiglu"] = ratio
+    _route(_swiglu_graph(1024), fuse_swiglu="measured")
+    assert timed["precompiled"] == [(0, ["mm", "mm", "swiglu"])]
+
+
 def test_a_pair_that_times_slower_keeps_its_two_matmuls_decided_alone(timed, caplog):
     timed["ratios"]["swiglu"] = 0.95
     graph = _swiglu_graph(1024)
@@ -156,6 +166,7 @@ def test_other_options_time_no_pair_under_compete_auto(timed, option):
     graph = _swiglu_graph(1024)
     _route(graph, fuse_swiglu=option)
     assert timed["calls"] == ["mm", "mm"] and not _fused_nodes(graph)
+    assert timed["precompiled"] == [(0, ["mm", "mm"])]
 
 
 def test_measured_outside_compete_auto_fuses_as_auto(timed):
@@ -222,3 +233,26 @@ def test_gpu_measured_swiglu_times_on_the_gpu():
     assert code.count(FUSED_CALL) == (1 if fused else 0) and SWIGLU_MARKER not in code, code
     assert all(r.measured is not None and r.measured.faster for r in fused)
     torch.testing.assert_close(out.float(), module(x).float(), rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_a_precompiled_pair_is_timed_without_compiling_again(tmp_path, monkeypatch, fresh_state):
+    """``measure.precompile`` compiles and loads both arms' Triton kernels of a pair it will time
+    (the fused kernel, stock's silu*mul pass): timing the pair afterwards compiles nothing."""
+    from inductor_mm_plugin.kernels.silu_mul import _silu_mul_kernel
+    from inductor_mm_plugin.kernels.swiglu_tma import _swiglu_kernel_tma
+
+    def compiled():
+        return [k for fn in (_swiglu_kernel_tma, _silu_mul_kernel) for c in fn.device_caches.values() for k in c[0].values()]
+
+    monkeypatch.setenv("INDUCTOR_MM_PLUGIN_CACHE_DIR", str(tmp_path))
+    x = randn(1000, 384, dtype=torch.bfloat16)
+    w_gate, w_up = (randn(768, 384, dtype=torch.bfloat16).t() for _ in range(2))
+    sites = [("swiglu", [x, w_gate, w_up], 1, 1, True), ("mm", [x, w_gate], 1, 1, True)]
+    with measure.compat.inductor_config.patch(compile_threads=4):
+        assert measure.precompile(sites) == 2
+    kernels = compiled()  # (kernels of one specialization an earlier test compiled count once)
+    assert kernels and all(k.module is not None for k in kernels)  # compiled and loaded
+    fused, reason, measured = measure.decide_swiglu([x, w_gate, w_up], True)
+    assert measured is not None and measured.plugin_us > 0, reason
+    assert len(compiled()) == len(kernels)

@@ -242,13 +242,19 @@ def decide_swiglu(vals: list[torch.Tensor], graphs: bool) -> tuple[bool, str, Me
     the fused kernel takes, ``runtime.swiglu.fused_reason``): fused where the fused kernel beat
     stock's form by the routing rule, as a site's kernel must beat aten's (``decide``)."""
     key = signature("swiglu", vals, 1, 1, graphs)
-    if key is None:
-        return False, "symbolic sizes: not timed", None
+    reason = "symbolic sizes: not timed" if key is None else _swiglu_untimed(vals)
+    if reason is not None:
+        return False, reason, None
+    return _timed_verdict(key, "swiglu", vals, 1, 1, graphs)
+
+
+def _swiglu_untimed(vals: list[torch.Tensor]) -> str | None:
+    """Why a SwiGLU pair is kept unfused without timing it, or None."""
     rows = vals[0].shape[0]
     if rows <= SWIGLU_LOSES_UP_TO_M:
-        return False, (f"{rows} rows: the fused kernel lost to stock's form at every M <= {SWIGLU_LOSES_UP_TO_M} "
-                       "measured, so it is not timed"), None  # fmt: skip
-    return _timed_verdict(key, "swiglu", vals, 1, 1, graphs)
+        return (f"{rows} rows: the fused kernel lost to stock's form at every M <= {SWIGLU_LOSES_UP_TO_M} "
+                "measured, so it is not timed")  # fmt: skip
+    return None
 
 
 def _sure(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool):
@@ -263,11 +269,17 @@ def _sure(op: str, vals: list[torch.Tensor], alpha, beta, graphs: bool):
 
 def precompile(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]) -> int:
     """Compile the plugin kernels of the CUDA sites that ``decide`` will time (``sites``: op,
-    vals, alpha, beta, graphs each) side by side in threads before any is timed, on operands
+    vals, alpha, beta, graphs each; op ``"swiglu"``: a pair ``decide_swiglu`` will time, both
+    arms' Triton kernels) side by side in threads before any is timed, on operands
     laid out as ``measure`` lays them out (the same plans and specializations), so that timing
     them one by one finds each compiled: a cold compile of the decode step spent 2.7 s
     compiling its sites' kernels one after another. Returns how many were compiled."""
-    todo = _distinct(sites, skip=lambda key, site: _sure(*site) is not None or _cached(key, site[1], site[4]) is not None)
+    def untimed(key, site) -> bool:
+        if site[0] == "swiglu" and _swiglu_untimed(site[1]) is not None:
+            return True
+        return _sure(*site) is not None or _cached(key, site[1], site[4]) is not None
+
+    todo = _distinct(sites, skip=untimed)
     workers = min(len(todo), int(compat.inductor_config.compile_threads or 1))
     if workers < 2:
         return 0  # nothing to overlap: the first timed call compiles
@@ -275,7 +287,7 @@ def precompile(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]
 
     try:
         with compat.unset_fake_temporarily(), torch.no_grad():
-            return compile_calls(_compile_args(todo), workers)
+            return compile_calls(*_compile_args(todo), workers=workers)
     except Exception:  # noqa: BLE001 (compiling ahead only saves time: the timing compiles and reports)
         log.info("compiling %d sites' kernels ahead failed; each compiles when it is timed", len(todo), exc_info=True)
         return 0
@@ -319,7 +331,7 @@ def _behind(todo: dict, what: str) -> int:
 
     try:
         with compat.unset_fake_temporarily(), torch.no_grad():
-            return compile_behind(_compile_args(todo), max(1, int(compat.inductor_config.compile_threads or 1)))
+            return compile_behind(_compile_args(todo)[0], max(1, int(compat.inductor_config.compile_threads or 1)))
     except Exception:  # noqa: BLE001 (compiling ahead only saves time: each kernel compiles at its first call)
         log.info("compiling %d %s sites' kernels ahead failed; each compiles at its first call", len(todo), what,
                  exc_info=True)  # fmt: skip
@@ -338,27 +350,31 @@ def _distinct(sites, skip=lambda key, site: False) -> dict:
     return todo
 
 
-def _compile_args(todo: dict) -> list[tuple]:
-    """``runtime.compile_calls``' calls for ``_distinct``'s sites (outside fake mode): tensors
-    with each site's sizes, strides and storage offsets, so the calls plan and specialize as
-    ``measure``'s timed calls and the model's own calls do. Nothing is launched on them, so
-    they are views of one uninitialized buffer per device and dtype, the size of the largest:
-    a compile whose sites include a 128k-row output layer's 1 GB weight holds 1 GB, not the
-    sum of its sites' operands."""
+def _compile_args(todo: dict) -> tuple[list[tuple], list[tuple]]:
+    """``runtime.compile_calls``' calls for ``_distinct``'s sites (outside fake mode): the
+    matmuls' (a, b, out, bias, beta, alpha) and the SwiGLU pairs' (x, w_gate, w_up, out), on
+    tensors with each site's sizes, strides and storage offsets, so the calls plan and
+    specialize as ``measure``'s timed calls and the model's own calls do. Nothing is launched
+    on them, so they are views of one uninitialized buffer per device and dtype, the size of
+    the largest: a compile whose sites include a 128k-row output layer's 1 GB weight holds
+    1 GB, not the sum of its sites' operands."""
     need: dict = {}
     for op, operands, dtype, device, alpha, beta in todo.values():
         extents = [benchmarking.extent(*layout) for layout in operands] + [math.prod(_out_shape(op, operands))]
         need[(device, dtype)] = max(need.get((device, dtype), 1), *extents)
     buffers = {key: torch.empty(n, dtype=key[1], device=key[0]) for key, n in need.items()}
-    calls = []
+    calls, swiglu_calls = [], []
     for op, operands, dtype, device, alpha, beta in todo.values():
         buf = buffers[(device, dtype)]
         args = [buf.as_strided(*layout) for layout in operands]
         out_shape = _out_shape(op, operands)
         out = buf[: math.prod(out_shape)].view(out_shape)
+        if op == "swiglu":
+            swiglu_calls.append((*args, out))
+            continue
         bias, (a, b) = (args[0], args[1:]) if op == "addmm" else (None, args)
         calls.append((a, b, out, bias, beta, alpha))
-    return calls
+    return calls, swiglu_calls
 
 
 def _on_cuda(vals: list[torch.Tensor]) -> bool:

@@ -239,17 +239,23 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
         fuse = options.fuse_swiglu is True
     else:
         fuse = options.fuse_swiglu
-    for pair in swiglu_pairs(routed_mms, fuse):
+    pairs = swiglu_pairs(routed_mms, fuse)
+    fused_untimed = set() if timed_pairs else {n for pair in pairs for n in pair[:2]}
+    # The sites measured below: selected, not fused, on CUDA, under compete="auto" without a plan.
+    # A timed pair's sites are among them until their pair is fused: its kernels and theirs
+    # compile side by side (``measure.precompile``) before anything is timed.
+    timed = [n for n, (routed, _) in zip(nodes, decisions) if routed and n not in fused_untimed and _on_cuda(n)]
+    timed = timed if options.compete == "auto" and options.plan is None else []
+    timed_pair_sites = [_swiglu_site(pair) for pair in pairs if _on_cuda(pair[0])] if timed_pairs else []
+    measure.precompile([_measured_site(n) for n in timed] + timed_pair_sites)
+    for pair in pairs:
         if timed_pairs:
             take, measured = _timed_swiglu(pair, site_of[pair[0]])
             if not take:
                 continue
             pair_measured.update(dict.fromkeys(pair[:2], measured))
         fused.update(dict.fromkeys(pair[:2], pair))
-    # The sites measured below: selected, not fused, on CUDA, under compete="auto" without a plan.
-    timed = [n for n, (routed, _) in zip(nodes, decisions) if routed and n not in fused and _on_cuda(n)]
-    timed = timed if options.compete == "auto" and options.plan is None else []
-    measure.precompile([_measured_site(n) for n in timed])
+    timed = [n for n in timed if n not in fused]
     done = set()
     records = []
     extern = []  # the routed CUDA sites that run the plugin's extern kernel: compiled behind
@@ -298,16 +304,23 @@ def _timed_swiglu(pair: tuple, site: Site) -> tuple[bool, Measurement | None]:
     """Whether a SwiGLU pair on CUDA runs fused under ``fuse_swiglu="measured"``: where the
     fused kernel takes its operands and timed faster than stock's form (``measure.decide_swiglu``);
     else its two matmuls are decided as any other sites."""
-    gate, up, _ = pair
-    vals = [n.meta.get("val") for n in (gate.args[0], gate.args[1], up.args[1])]
-    reason = fused_reason(*vals) if _on_cuda(gate) else "not on CUDA: nothing to time"
+    _, vals, _, _, graphs = _swiglu_site(pair)
+    reason = fused_reason(*vals) if _on_cuda(pair[0]) else "not on CUDA: nothing to time"
     measured = None
     if reason is None:
-        take, reason, measured = measure.decide_swiglu(vals, bool(compat.inductor_config.triton.cudagraphs))
+        take, reason, measured = measure.decide_swiglu(vals, graphs)
         if take:
             return True, measured
     log_decision("not fused %s with the other matmul of silu(x @ w_gate) * (x @ w_up): %s", site, reason)
     return False, measured
+
+
+def _swiglu_site(pair: tuple) -> tuple:
+    """What ``measure`` times a SwiGLU pair by: op ``"swiglu"``, (x, w_gate, w_up), 1, 1 and
+    whether the compile runs under CUDA graphs."""
+    gate, up, _ = pair
+    vals = [n.meta.get("val") for n in (gate.args[0], gate.args[1], up.args[1])]
+    return "swiglu", vals, 1, 1, bool(compat.inductor_config.triton.cudagraphs)
 
 
 def _measured_site(node: torch.fx.Node) -> tuple:

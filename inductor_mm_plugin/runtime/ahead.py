@@ -36,24 +36,26 @@ def _compile_call(a, b, out, bias=None, beta=1, alpha=1) -> bool:
     return True
 
 
-def compile_calls(calls: list[tuple], workers: int) -> int:
+def compile_calls(calls: list[tuple], workers: int, swiglu_calls: list[tuple] = ()) -> int:
     """``_compile_call(*call)`` for one call of each kernel among ``calls`` (``kernel_groups``),
+    and ``swiglu.compile_swiglu(*call)`` for each of ``swiglu_calls`` (x, w_gate, w_up, out),
     ``workers`` threads side by side: Triton spends most of a compile outside the GIL (MLIR
     passes, ptxas), as Inductor's max-autotune precompilation relies on (select_algorithm.py,
     a ThreadPoolExecutor). A kernel already compiling in the background (``compile_behind``)
     is waited for, not compiled again. A call that fails is left to its first real call,
-    which compiles again and raises there. Returns how many calls will find their kernel
+    which compiles again and raises there. Returns how many calls will find their kernels
     compiled."""
-    for device in {call[0].device for call in calls}:
+    for device in {call[0].device for call in (*calls, *swiglu_calls)}:
         ready_for_threads(device)
     groups = kernel_groups(calls)
     with _BEHIND_LOCK:
         behind = {key: _BEHIND[key] for key in groups if key in _BEHIND}
     todo = [key for key in groups if key not in behind]
     with concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="inductor_mm_plugin") as pool:
+        fused = [pool.submit(_compile_swiglu_quietly, call) for call in swiglu_calls]
         done = dict(zip(todo, pool.map(_compile_quietly, [groups[key][0] for key in todo])))
     done.update({key: future.result() for key, future in behind.items()})
-    return sum(len(calls) for key, calls in groups.items() if done[key])
+    return sum(len(calls) for key, calls in groups.items() if done[key]) + sum(f.result() for f in fused)
 
 
 def kernel_groups(calls: list[tuple]) -> dict:
@@ -164,6 +166,18 @@ def _compile_quietly(call) -> bool:
             return _compile_call(*call)
     except Exception:  # noqa: BLE001 (compiling ahead only saves time: the first real call compiles and raises)
         log.debug("compiling %s ahead failed; its first call will compile it", _describe(call), exc_info=True)
+        return False
+
+
+def _compile_swiglu_quietly(call) -> bool:
+    from .swiglu import compile_swiglu
+
+    try:
+        with torch.no_grad():
+            return compile_swiglu(*call)
+    except Exception:  # noqa: BLE001 (as _compile_quietly)
+        log.debug("compiling the SwiGLU kernels of %s ahead failed; its timing will compile them", _describe(call),
+                  exc_info=True)  # fmt: skip
         return False
 
 

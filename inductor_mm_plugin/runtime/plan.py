@@ -24,6 +24,15 @@ from .device import device_guard, raw_stream
 from .layout import TmaLayout, aligned, pointer_hints
 
 
+
+def load(compiled) -> None:
+    """Load a kernel that ``warmup`` compiled: its binary into the CUDA context and its launcher
+    built, which Triton otherwise does at the first launch (``_init_handles``, triton 3.6
+    compiler/compiler.py; a TMA kernel's launcher takes about 0.1 s)."""
+    init = getattr(compiled, "_init_handles", None)
+    if init is not None and not interpreting():
+        init()
+
 class Flags(NamedTuple):
     """What a call asks of the epilogue and the dot, besides its config."""
 
@@ -186,15 +195,9 @@ class Plan:
             self.compiled = compiled
 
     def compile(self, a, b, out, bias) -> None:
-        """Compile without launching, and load the kernel: its binary into the CUDA context and
-        its launcher built, which Triton otherwise does on the first launch (``_init_handles``,
-        triton 3.6 compiler/compiler.py; building a TMA kernel's launcher takes about 0.1 s)."""
+        """Compile without launching, and ``load`` the kernel."""
         args = self.args(*self.operands(a, b, copy=False), out, bias, 1.0, 1.0)
-        compiled = self.kernel.warmup(*args, grid=self.grid, num_warps=self.cfg.num_warps,
-                                      num_stages=self.cfg.num_stages)  # fmt: skip
-        load = getattr(compiled, "_init_handles", None)
-        if load is not None and not interpreting():
-            load()
+        load(self.kernel.warmup(*args, grid=self.grid, num_warps=self.cfg.num_warps, num_stages=self.cfg.num_stages))
 
     def kernel_key(self, a, b, out, bias) -> tuple:
         """What Triton compiles this plan's kernel for, as far as the plan can tell: the kernel,

@@ -15,6 +15,7 @@ from ..kernels.silu_mul import _silu_mul_kernel
 from ..kernels.swiglu_tma import _swiglu_kernel_tma
 from .device import device_guard, num_sms
 from .layout import pointer_kernel_reason, storage_orders, tma_layout
+from .plan import load
 
 _FUSED_DTYPES = (torch.float16, torch.bfloat16)
 _SILU_MUL_BLOCK = 1024  # Inductor's usual pick for a large 1-D pointwise kernel (XBLOCK, 4 warps)
@@ -37,11 +38,12 @@ def fused_reason(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> s
 
 
 def swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out: torch.Tensor,
-                  config: MatmulConfig | None = None) -> bool:  # fmt: skip
+                  config: MatmulConfig | None = None, compile_only: bool = False) -> bool:  # fmt: skip
     """``out = silu(x @ w_gate) * (x @ w_up)`` on the fused kernel, for operands whose
     ``fused_reason`` is None; False (nothing launched) where TMA cannot read them after all
     (then the caller runs the two matmuls). ``config`` forces a TMA config (its tiles, group,
-    warps, stages and subtiled store; the sweep, bench/sweep_swiglu.py)."""
+    warps, stages and subtiled store; the sweep, bench/sweep_swiglu.py); ``compile_only``
+    compiles and loads the kernel without launching it (``compile_swiglu``)."""
     cfg = config or swiglu_config(interpreting())
     interpreter_bf16 = interpreting() and x.dtype == torch.bfloat16
     # Interpreter only: its fp32 -> bf16 cast truncates (runtime/launch.py): store fp32, torch rounds.
@@ -64,6 +66,10 @@ def swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out
     consts = dict(X_KMAJOR=gate.a_kmajor, W_KMAJOR=gate.b_kmajor, C_TMA=gate.c_tma, INTERPRETER_BF16=interpreter_bf16,
                   BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, EPILOGUE_SUBTILE=cfg.epilogue_subtile)  # fmt: skip
     with device_guard(x.device):
+        if compile_only:
+            load(_swiglu_kernel_tma.warmup(*args, **consts, grid=(programs,), num_warps=cfg.num_warps,
+                                           num_stages=cfg.num_stages))  # fmt: skip
+            return True
         _swiglu_kernel_tma[(programs,)](*args, **consts, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if interpreter_bf16:
         out.copy_(kout)
@@ -71,12 +77,30 @@ def swiglu_launch(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out
 
 
 def stock_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
-                 out: torch.Tensor) -> None:  # fmt: skip
+                 out: torch.Tensor, compile_only: bool = False) -> None:  # fmt: skip
     """``out = silu(x @ w_gate) * (x @ w_up)`` as stock's compiled graph runs it: cuBLAS writes
     both matmul results (into ``gate`` and ``up``, contiguous), then one pointwise kernel reads
-    them and writes the product (``kernels/silu_mul.py``; ``out`` contiguous)."""
+    them and writes the product (``kernels/silu_mul.py``; ``out`` contiguous). ``compile_only``:
+    compile and load that kernel, nothing else."""
+    n = out.numel()
+    grid, consts = (triton.cdiv(n, _SILU_MUL_BLOCK),), dict(BLOCK=_SILU_MUL_BLOCK, num_warps=4)
+    if compile_only:
+        with device_guard(x.device):
+            load(_silu_mul_kernel.warmup(gate, up, out, n, grid=grid, **consts))
+        return
     torch.mm(x, w_gate, out=gate)
     torch.mm(x, w_up, out=up)
-    n = out.numel()
     with device_guard(x.device):
-        _silu_mul_kernel[(triton.cdiv(n, _SILU_MUL_BLOCK),)](gate, up, out, n, BLOCK=_SILU_MUL_BLOCK, num_warps=4)
+        _silu_mul_kernel[grid](gate, up, out, n, **consts)
+
+
+def compile_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out: torch.Tensor) -> bool:
+    """Compile and load, without launching, the Triton kernels of both arms of a SwiGLU pair's
+    timing (``inductor/measure.py``): the fused kernel, and stock's silu*mul pass (its gate and
+    up buffers contiguous like ``out``, so ``out`` stands for them). So that the routing pass
+    compiles them beside its sites' kernels (``ahead.compile_calls``), not one after another
+    at the pair's timing. False where the fused kernel does not take these operands."""
+    if fused_reason(x, w_gate, w_up) is not None:
+        return False
+    stock_swiglu(x, w_gate, w_up, out, out, out, compile_only=True)
+    return swiglu_launch(x, w_gate, w_up, out, compile_only=True)
