@@ -423,22 +423,22 @@ def test_relative_errors_against_float64_and_the_numerics_report():
     assert "ok" in shapes.numerics_report([row(1.0)])[0] and shapes.numerics_report([dict(ratio=1.0)]) == []
 
 
-def test_models_plugin_swiglu_arm_compiles_with_measured_swiglu_and_is_reported(monkeypatch):
+def test_models_plugin_unfused_arm_compiles_without_swiglu_fusion_and_is_reported(monkeypatch):
     import _compiling
     import models
 
     seen = {}
     monkeypatch.setattr(torch, "compile", lambda model, **kwargs: seen.update(kwargs) or model)
-    _compiling.compile_fn("plugin_swiglu")("model")
-    assert seen["options"] == {"fuse_swiglu": "measured"} and seen["backend"] == _timing.plugin_backend()
+    _compiling.compile_fn("plugin_unfused")("model")
+    assert seen["options"] == {"fuse_swiglu": False} and seen["backend"] == _timing.plugin_backend()
     seen.clear()
     _compiling.compile_fn("plugin")("model")
     assert "options" not in seen  # the default arm keeps the defaults
     rows = [dict(model="m", workload="prefill", arm=arm, ms=ms, speedup=2.0 / ms, ratio_spread="", compile_s=10.0,
                  err=1e-3, routed_sites=0, sites=0, cudagraphs=True)
-            for arm, ms in (("stock", 2.0), ("plugin", 2.0), ("plugin_swiglu", 1.6))]  # fmt: skip
+            for arm, ms in (("stock", 2.0), ("plugin", 2.0), ("plugin_unfused", 1.6))]  # fmt: skip
     text = models.table(rows)
-    assert "plugin_swiglu vs stock: lowest 1.250" in text and "geomean 1.250" in text
+    assert "plugin_unfused vs stock: lowest 1.250" in text and "geomean 1.250" in text
 
 
 def test_sweep_swiglu_candidates_fit_and_draws_are_timed_sizes():

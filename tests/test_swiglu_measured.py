@@ -1,4 +1,4 @@
-"""``fuse_swiglu="measured"``: under ``compete="auto"`` a SwiGLU pair is fused where the fused
+"""``fuse_swiglu="auto"`` (the default) under ``compete="auto"``: a SwiGLU pair is fused where the fused
 kernel timed faster than stock's form (cuBLAS's two matmuls, then one pointwise kernel), and
 then runs that kernel, not the template (inductor/measure.py, inductor/routing.py).
 
@@ -112,7 +112,7 @@ def _fused_nodes(graph):
 
 def test_a_pair_that_times_faster_is_fused_and_runs_the_extern_kernel(timed):
     graph = _swiglu_graph(1024)
-    records = _route(graph, fuse_swiglu="measured")
+    records = _route(graph)
     assert timed["calls"] == ["swiglu"]  # the pair, not its two matmuls
     (node,) = _fused_nodes(graph)
     decision = node.meta[META_KEY]  # what the lowering reads: the timed form, no template
@@ -127,7 +127,7 @@ def test_a_timed_pair_compiles_beside_its_sites_before_anything_is_timed(timed, 
     """The pair's kernels and its two matmuls' compile side by side ahead (either may run:
     that is what the timing decides), once, before the first timing."""
     timed["ratios"]["swiglu"] = ratio
-    _route(_swiglu_graph(1024), fuse_swiglu="measured")
+    _route(_swiglu_graph(1024))
     assert timed["precompiled"] == [(0, ["mm", "mm", "swiglu"])]
 
 
@@ -135,7 +135,7 @@ def test_a_pair_that_times_slower_keeps_its_two_matmuls_decided_alone(timed, cap
     timed["ratios"]["swiglu"] = 0.95
     graph = _swiglu_graph(1024)
     with caplog.at_level("INFO", logger="inductor_mm_plugin.inductor.routing"):
-        records = _route(graph, fuse_swiglu="measured")
+        records = _route(graph)
     assert timed["calls"] == ["swiglu", "mm", "mm"]
     assert not _fused_nodes(graph) and all(r.fused is None and not r.routed for r in records)
     assert "not fused" in caplog.text and "not faster in every round" in caplog.text
@@ -144,24 +144,24 @@ def test_a_pair_that_times_slower_keeps_its_two_matmuls_decided_alone(timed, cap
 def test_a_faster_pair_fuses_where_its_matmuls_alone_would_route(timed):
     timed["ratios"]["mm"] = 1.3  # both arms win: the pair's own timing decides the fusion
     graph = _swiglu_graph(2048)
-    _route(graph, fuse_swiglu="measured")
+    _route(graph)
     assert timed["calls"] == ["swiglu"] and len(_fused_nodes(graph)) == 1
 
 
 @pytest.mark.parametrize("m", [1, 16, measure.SWIGLU_LOSES_UP_TO_M])
 def test_pairs_of_few_rows_are_not_timed(timed, m):
     graph = _swiglu_graph(m)
-    _route(graph, fuse_swiglu="measured")
+    _route(graph)
     assert timed["calls"] == ["mm", "mm"] and not _fused_nodes(graph)
 
 
 def test_weights_in_two_storage_orders_are_not_timed(timed):
     graph = _swiglu_graph(1024, up_transposed=True)
-    _route(graph, fuse_swiglu="measured")
+    _route(graph)
     assert timed["calls"] == ["mm", "mm"] and not _fused_nodes(graph)
 
 
-@pytest.mark.parametrize("option", ["auto", False])
+@pytest.mark.parametrize("option", [False])
 def test_other_options_time_no_pair_under_compete_auto(timed, option):
     graph = _swiglu_graph(1024)
     _route(graph, fuse_swiglu=option)
@@ -169,29 +169,21 @@ def test_other_options_time_no_pair_under_compete_auto(timed, option):
     assert timed["precompiled"] == [(0, ["mm", "mm"])]
 
 
-def test_measured_outside_compete_auto_fuses_as_auto(timed):
-    """Under compete=False nothing is timed: "measured" fuses where the template runs, as "auto"."""
+def test_outside_compete_auto_auto_fuses_untimed_where_the_template_runs(timed):
+    """Under compete=False nothing is timed: "auto" fuses where the template runs."""
     graph = _swiglu_graph(1024)
     with patch("inductor_mm_plugin.inductor.swiglu_pattern.interpreting", return_value=False):
-        route_graph(graph, PluginOptions(select="all", compete=False, fuse_swiglu="measured"), RootInfo())
+        route_graph(graph, PluginOptions(select="all", compete=False), RootInfo())
     (node,) = _fused_nodes(graph)
     assert timed["calls"] == [] and not node.meta[META_KEY].timed and node.meta[META_KEY].epilogue
 
 
-def test_measured_is_a_valid_option_that_keys_the_cache():
-    from inductor_mm_plugin.inductor.routing import RoutePass
-
-    assert PluginOptions(fuse_swiglu="measured").fuse_swiglu == "measured"
-    uuids = {RoutePass(PluginOptions(fuse_swiglu=v)).uuid() for v in ("auto", "measured")}
-    assert len(uuids) == 2
-
-
-def test_on_the_cpu_measured_times_nothing(timed):
+def test_on_the_cpu_nothing_is_timed(timed):
     """The interpreter's sites are never timed: the pair stays as "auto" leaves it, unfused."""
     with fresh_inductor_cache(), record_sites() as records, torch.no_grad():
         torch._dynamo.reset()
         module, x = SwiGLU(), randn(24, 32, dtype=torch.float32)
-        compiled = torch.compile(module, backend="inductor_mm_plugin", options={"fuse_swiglu": "measured"})
+        compiled = torch.compile(module, backend="inductor_mm_plugin")
         out, codes = run_and_get_code(compiled, x)
         torch.testing.assert_close(out, module(x))
     assert timed["calls"] == [] and FUSED_CALL not in "\n".join(codes)
@@ -209,7 +201,7 @@ def test_gpu_a_pair_fused_by_measurement_runs_the_extern_kernel(timed):
     x = randn(1024, 256, dtype=torch.bfloat16)
     torch._dynamo.reset()
     with torch.no_grad(), fresh_inductor_cache(), record_sites() as records:
-        compiled = torch.compile(module, backend="inductor_mm_plugin", options={"fuse_swiglu": "measured"})
+        compiled = torch.compile(module, backend="inductor_mm_plugin")
         out, codes = run_and_get_code(compiled, x)
     code = "\n".join(codes)
     assert timed["calls"][0] == "swiglu" and code.count(FUSED_CALL) == 1 and SWIGLU_MARKER not in code, code
@@ -226,7 +218,7 @@ def test_gpu_measured_swiglu_times_on_the_gpu():
     measure.clear()
     torch._dynamo.reset()
     with torch.no_grad(), fresh_inductor_cache(), record_sites() as records:
-        compiled = torch.compile(module, backend="inductor_mm_plugin", options={"fuse_swiglu": "measured"})
+        compiled = torch.compile(module, backend="inductor_mm_plugin")
         out, codes = run_and_get_code(compiled, x)
     code = "\n".join(codes)
     fused = [r for r in records if r.fused == "swiglu"]

@@ -23,7 +23,7 @@ The rule, as the README states it:
   is not timed at all; a sure winner is routed untimed under CUDA graphs, where the site is
   large enough for the saving floor (smaller ones are timed).
 
-A SwiGLU pair (``fuse_swiglu="measured"``) is timed the same way as one site, op
+A SwiGLU pair (``fuse_swiglu="auto"``) is timed the same way as one site, op
 ``"swiglu"``: the fused kernel (``mm_swiglu``'s extern kernel) against stock's form, cuBLAS's two
 matmuls and Inductor's one pointwise pass for the product (``runtime.swiglu.stock_swiglu``).
 Pairs of at most ``SWIGLU_LOSES_UP_TO_M`` rows are not timed (``decide_swiglu``).

@@ -53,9 +53,8 @@ class PluginOptions:
         validate_select(self.select)
         if not isinstance(self.compete, bool) and self.compete != "auto":
             raise TypeError(f"inductor_mm_plugin: compete must be True, False or 'auto', got {self.compete!r}")
-        if not isinstance(self.fuse_swiglu, bool) and self.fuse_swiglu not in ("auto", "measured"):
-            raise TypeError("inductor_mm_plugin: fuse_swiglu must be True, False, 'auto' or 'measured', "
-                            f"got {self.fuse_swiglu!r}")  # fmt: skip
+        if not isinstance(self.fuse_swiglu, bool) and self.fuse_swiglu != "auto":
+            raise TypeError(f"inductor_mm_plugin: fuse_swiglu must be True, False or 'auto', got {self.fuse_swiglu!r}")
         if self.plan is not None and not isinstance(self.plan, plan_file.Plan):
             if not isinstance(self.plan, (str, os.PathLike)):
                 raise TypeError(f"inductor_mm_plugin: plan must be the path of a routing plan, got {self.plan!r}")

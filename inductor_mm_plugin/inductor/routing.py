@@ -227,12 +227,12 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     routed_mms = [n for n, s, (routed, _) in zip(nodes, sites, decisions) if routed and s.op == "mm"]
     site_of = dict(zip(nodes, sites))
     fused = {}  # mm node -> the SwiGLU pair it belongs to
-    pair_measured = {}  # mm node -> its fused pair's measurement (fuse_swiglu="measured")
-    # fuse_swiglu="auto" fuses where the SwiGLU template runs, but not under compete="auto",
-    # which routes measured extern kernels only: inside a Llama model the fused template (with
-    # the RMSNorm fused into it) took 603 us where stock took 572 (docs/performance.md).
-    # "measured" there fuses a pair where the fused kernel timed faster than stock's form.
-    timed_pairs = options.fuse_swiglu == "measured" and options.compete == "auto" and options.plan is None
+    pair_measured = {}  # mm node -> its fused pair's measurement
+    # fuse_swiglu="auto" fuses where the SwiGLU template runs; under compete="auto" (no plan)
+    # only where the fused extern kernel timed faster than stock's form, as a site is routed:
+    # inside a Llama model the fused template (with the RMSNorm fused into it) took 603 us where
+    # stock took 572 (docs/performance.md), so an untimed fusion is no default.
+    timed_pairs = options.fuse_swiglu == "auto" and options.compete == "auto" and options.plan is None
     if timed_pairs:
         fuse = "auto"  # the pairs the fused kernel takes; each is timed below
     elif options.compete == "auto" or options.plan is not None:
@@ -301,7 +301,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
 
 
 def _timed_swiglu(pair: tuple, site: Site) -> tuple[bool, Measurement | None]:
-    """Whether a SwiGLU pair on CUDA runs fused under ``fuse_swiglu="measured"``: where the
+    """Whether a SwiGLU pair on CUDA runs fused under ``compete="auto"``: where the
     fused kernel takes its operands and timed faster than stock's form (``measure.decide_swiglu``);
     else its two matmuls are decided as any other sites."""
     _, vals, _, _, graphs = _swiglu_site(pair)

@@ -1,7 +1,7 @@
 """SwiGLU's pattern: ``silu(x @ w_gate) * (x @ w_up)`` from two routed mm sites becomes one
 ``inductor_mm_plugin::mm_swiglu``, whose template runs both matmuls in one kernel and writes
 only the product (ops/swiglu.py, templates/tma.py), or, for a pair fused because it timed
-faster (``fuse_swiglu="measured"``), whose extern kernel does. Called by the routing pass."""
+faster (under ``compete="auto"``), whose extern kernel does. Called by the routing pass."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def swiglu_pairs(mms: list[torch.fx.Node], option) -> list[tuple[torch.fx.Node, 
 
 def fuse_swiglu(graph, gate, up, product, site: Site, compete: Compete | None, timed: bool = False) -> None:
     """Replace the pair and its product by one ``mm_swiglu`` node; ``timed``: the pair was fused
-    because its extern kernel timed faster (``fuse_swiglu="measured"``), so that form runs."""
+    because its extern kernel timed faster (under ``compete="auto"``), so that form runs."""
     x, w_gate, w_up = gate.args[0], gate.args[1], up.args[1]
     with graph.inserting_before(product):
         fused = graph.call_function(MM_SWIGLU, (x, w_gate, w_up))
