@@ -24,7 +24,6 @@ from .device import device_guard, raw_stream
 from .layout import TmaLayout, aligned, pointer_hints
 
 
-
 def load(compiled) -> None:
     """Load a kernel that ``warmup`` compiled: its binary into the CUDA context and its launcher
     built, which Triton otherwise does at the first launch (``_init_handles``, triton 3.6
@@ -32,6 +31,7 @@ def load(compiled) -> None:
     init = getattr(compiled, "_init_handles", None)
     if init is not None and not interpreting():
         init()
+
 
 class Flags(NamedTuple):
     """What a call asks of the epilogue and the dot, besides its config."""
