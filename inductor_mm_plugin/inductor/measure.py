@@ -280,14 +280,16 @@ def precompile(sites: list[tuple[str, list[torch.Tensor], object, object, bool]]
         return _sure(*site) is not None or _cached(key, site[1], site[4]) is not None
 
     todo = _distinct(sites, skip=untimed)
-    workers = min(len(todo), int(compat.inductor_config.compile_threads or 1))
+    kernels = len(todo) + sum(site[0] == "swiglu" for site in todo.values())  # a pair has two
+    workers = min(kernels, int(compat.inductor_config.compile_threads or 1))
     if workers < 2:
         return 0  # nothing to overlap: the first timed call compiles
     from ..runtime import compile_calls
 
     try:
         with compat.unset_fake_temporarily(), torch.no_grad():
-            return compile_calls(*_compile_args(todo), workers=workers)
+            calls, swiglu_calls = _compile_args(todo)
+            return compile_calls(calls, workers, swiglu_calls)
     except Exception:  # noqa: BLE001 (compiling ahead only saves time: the timing compiles and reports)
         log.info("compiling %d sites' kernels ahead failed; each compiles when it is timed", len(todo), exc_info=True)
         return 0
