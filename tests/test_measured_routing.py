@@ -310,7 +310,7 @@ def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fres
     threads = measure.compat.inductor_config.patch
     monkeypatch.setattr(measure, "_on_cuda", lambda vals: True)  # CPU tensors stand in for CUDA ones
     compiled = []
-    def compile_calls(calls, swiglu_calls, workers):
+    def compile_calls(calls, workers, swiglu_calls=()):  # runtime.compile_calls' own signature
         compiled.append((calls, swiglu_calls, workers))
         return len(calls) + len(swiglu_calls)
 
@@ -330,7 +330,7 @@ def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fres
     with threads(compile_threads=4):
         assert measure.precompile(sites) == 3
     (calls, swiglu_calls, workers), = compiled
-    assert workers == 3
+    assert workers == 4  # a thread per kernel: two sites' and the pair's two
     (x, w_gate, w_up, fused_out), = swiglu_calls
     assert (x.shape, w_gate.shape, w_up.stride(), fused_out.shape) == ((520, 16), (16, 32), (1, 16), (520, 32))
     (a, b, out, bias, _, _), (a2, b2, out2, bias2, _, _) = calls
@@ -342,7 +342,7 @@ def test_precompile_compiles_only_the_sites_that_will_be_timed(monkeypatch, fres
     with threads(compile_threads=1):
         assert measure.precompile(sites) == 0 and len(compiled) == 1
     # Compiling ahead only saves time: a failure there is logged and left to the timing.
-    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_calls", lambda calls, swiglu_calls, workers: 1 / 0)
+    monkeypatch.setattr("inductor_mm_plugin.runtime.compile_calls", lambda calls, workers, swiglu_calls=(): 1 / 0)
     with threads(compile_threads=4):
         assert measure.precompile(sites) == 0
 

@@ -190,32 +190,6 @@ def test_on_the_cpu_nothing_is_timed(timed):
     assert records and all(r.fused is None for r in records)
 
 
-def test_precompile_hands_the_pair_and_the_matmuls_to_the_threads(monkeypatch):
-    """``measure.precompile`` passes the matmul calls and the SwiGLU pairs to
-    ``runtime.compile_calls`` as its two lists, with a thread for each kernel up to
-    compile_threads (a pair has two). A CPU stand-in for the GPU test below: a mistake in
-    that hand-off raises inside precompile, which swallows it and compiles nothing ahead."""
-    import inductor_mm_plugin.runtime as runtime
-
-    seen = []
-    monkeypatch.setattr(runtime, "compile_calls",
-                        lambda calls, workers, swiglu_calls=(): seen.append((calls, workers, swiglu_calls)) or 3)
-    monkeypatch.setattr(measure, "_on_cuda", lambda vals: True)
-    monkeypatch.setattr(measure, "_sure", lambda *args: None)
-    monkeypatch.setattr(measure, "_cached", lambda *args: None)
-    x = randn(1000, 64, dtype=torch.bfloat16)
-    w_gate, w_up = (randn(96, 64, dtype=torch.bfloat16).t() for _ in range(2))
-    sites = [("swiglu", [x, w_gate, w_up], 1, 1, True), ("mm", [x, w_gate], 1, 1, True)]
-    with measure.compat.inductor_config.patch(compile_threads=8):
-        assert measure.precompile(sites) == 3
-    [(calls, workers, swiglu_calls)] = seen
-    assert workers == 3
-    [(a, b, out, bias, beta, alpha)] = calls
-    assert (a.shape, b.shape, b.stride(), out.shape, bias) == (x.shape, w_gate.shape, w_gate.stride(), (1000, 96), None)
-    [(sx, sg, su, sout)] = swiglu_calls
-    assert (sx.shape, sg.stride(), su.stride(), sout.shape) == (x.shape, w_gate.stride(), w_up.stride(), (1000, 96))
-
-
 # -------------------------------------------------------------------------------- GPU
 
 
