@@ -98,6 +98,11 @@ def routing_clock():
     launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")
 
     compile_call, compiles = ahead._compile_call, []
+    # Triton's repr of each plugin kernel compiled (name, options, each argument's type and
+    # specialization): at the model's calls, and ahead or while timing. A kernel compiled
+    # ahead under one specialization compiles again at its first call under another; the two
+    # lists side by side say which argument differed. Kept out of ``spent`` (numbers only).
+    specializations = spent["specializations"] = {"at_calls": [], "ahead": []}
     matmul = launch_module._matmul
     inside = threading.local()  # .ahead / .deciding: this thread compiles ahead / times sites
 
@@ -129,6 +134,9 @@ def routing_clock():
         ours = str(getattr(info, "module", "")).startswith("inductor_mm_plugin")
         if ours and not getattr(inside, "ahead", False) and not getattr(inside, "deciding", False):
             spent["call_compiles"] += 1
+            specializations["at_calls"].append(kwargs.get("repr"))
+        elif ours:
+            specializations["ahead"].append(kwargs.get("repr"))
         return previous_hook(**kwargs) if previous_hook else None
 
     def clocked(fn, field, count=None):

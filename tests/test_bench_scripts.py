@@ -268,9 +268,11 @@ def test_models_routing_clock_counts_the_ops_first_calls_and_their_compiles(monk
         measure.decide("mm")  # timing a site: neither its call nor its compile counted
         ahead._compile_call(1)  # compiled ahead: not counted
         hook = triton.knobs.runtime.jit_post_compile_hook
-        hook(fn=ours)  # compiled at a call: counted
-        hook(fn=theirs)  # not the plugin's kernel
+        hook(fn=ours, repr="k(lock_ptr: *i32)")  # compiled at a call: counted
+        hook(fn=theirs, repr="theirs()")  # not the plugin's kernel
     assert 0.02 <= spent["op_calls_s"] < 0.04 and spent["call_compiles"] == 1
+    # Which specialization compiled where (the decide and ahead compiles passed no repr).
+    assert spent["specializations"] == {"at_calls": ["k(lock_ptr: *i32)"], "ahead": [None, None]}
     assert seen == ["inductor_mm_plugin.kernels.matmul"] * 3 + ["user.kernels"]  # the earlier hook still ran
     assert triton.knobs.runtime.jit_post_compile_hook is before
 
