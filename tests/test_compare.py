@@ -540,11 +540,16 @@ def test_a_plan_routes_where_the_profile_won(tmp_path):
     # ms per call; "tiny" wins by 10% but saves 0.3 us a call, under MIN_SAVING_US
     for s, (p, a) in zip(sites, ((1.0, 2.0), (1.0, 1.01), (2.0, 1.0), (0.0030, 0.0033))):
         s.plugin_ms, s.aten_ms = p, a
+    # A site the routing pass kept on stock untimed (a sure loser): in the plan, unrouted, so
+    # that the backend finds it there (a site the plan lacks means another model: PlanError).
+    records.append(dataclasses.replace(record("untimed"), routed=False, reason="a sure loser"))
+    sites.append(_site("untimed", timed=None))
     path = tmp_path / "plan.json"
     _write_plan(path, records, sites, nn.Linear(2, 2))
     plan = plan_file.load(path)
     assert plan.model == "Linear"
-    assert [plan.route[plan_file.site_key(r.site)] for r in records] == [True, False, False, False]
+    assert [plan.route[plan_file.site_key(r.site)] for r in records] == [True, False, False, False, False]
+    assert plan.decide(records[-1].site)[0] is False
 
 
 def test_kernel_time_skips_the_ranges_own_gpu_annotation():

@@ -479,12 +479,13 @@ def _write_plan(path, records: list[SiteRecord], sites: list[SiteResult], model)
     """Per selected site, whether the plugin's kernels won in the model: its profiled GPU time
     against stock's for the same calls, by the routing margin; where the profile could not
     see it, the site's measurement (the routing pass's, or compare's own). A site never
-    timed stays on stock."""
+    timed (a sure loser of the shape table, a symbolic one) is written unrouted: a plan
+    must know every site the backend will ask it about."""
     routes = {}
     for record, result in zip(records, sites):
         if not (record.routed or record.measured is not None):
-            continue
-        if result.timed in ("profile", "kernel", "swiglu pair"):
+            won = False
+        elif result.timed in ("profile", "kernel", "swiglu pair"):
             won = bool(result.plugin_ms and result.aten_ms) and wins(result.plugin_ms * 1e3, result.aten_ms * 1e3)
         else:
             won = record.measured.faster if record.measured else False
