@@ -310,9 +310,8 @@ def timed_steps(name: str, client, arms: list[str], device: str, n_rounds: int, 
                          routed_sites=sum(s.routed for s in sites), records=list(sites))  # fmt: skip
         if arm.startswith("plugin"):
             info[arm]["routing"] = {k: round(v, 2) for k, v in spent.items() if k != "specializations"}
-            for where, reprs in spent["specializations"].items():
-                if spent["call_compiles"]:  # what compiled at the calls, and what had compiled ahead
-                    print(f"  {name}/{arm}: compiled {where}: " + "; ".join(reprs), flush=True)
+            for where, reprs in spent["specializations"].items() if spent["call_compiles"] else ():
+                print(f"  {name}/{arm}: compiled {where}: " + "; ".join(map(str, reprs)), flush=True)
         del out
         print(f"  {name}/{arm}: compiled in {compile_s:.1f}s, err {info[arm]['err']:.2e}, "
               f"{info[arm]['routed_sites']}/{info[arm]['sites']} sites routed"
