@@ -20,6 +20,7 @@ import torch
 
 from .checks import kernel_unsupported_reason
 from .plan import ready_for_threads
+from .swiglu import compile_swiglu
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def compile_calls(calls: list[tuple], workers: int, swiglu_calls: list[tuple] = 
         behind = {key: _BEHIND[key] for key in groups if key in _BEHIND}
     todo = [key for key in groups if key not in behind]
     with concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="inductor_mm_plugin") as pool:
-        fused = [pool.submit(_compile_swiglu_quietly, call) for call in swiglu_calls]
+        fused = [pool.submit(_compile_quietly, call, swiglu=True) for call in swiglu_calls]
         done = dict(zip(todo, pool.map(_compile_quietly, [groups[key][0] for key in todo])))
     done.update({key: future.result() for key, future in behind.items()})
     return sum(len(calls) for key, calls in groups.items() if done[key]) + sum(f.result() for f in fused)
@@ -160,24 +161,14 @@ def _in_background(call) -> bool:
     return _compile_quietly(call)
 
 
-def _compile_quietly(call) -> bool:
+def _compile_quietly(call, swiglu: bool = False) -> bool:
+    """``_compile_call(*call)``, or for a SwiGLU pair's call (x, w_gate, w_up, out)
+    ``swiglu.compile_swiglu(*call)``; False where it fails."""
     try:
         with torch.no_grad():
-            return _compile_call(*call)
+            return compile_swiglu(*call) if swiglu else _compile_call(*call)
     except Exception:  # noqa: BLE001 (compiling ahead only saves time: the first real call compiles and raises)
         log.debug("compiling %s ahead failed; its first call will compile it", _describe(call), exc_info=True)
-        return False
-
-
-def _compile_swiglu_quietly(call) -> bool:
-    from .swiglu import compile_swiglu
-
-    try:
-        with torch.no_grad():
-            return compile_swiglu(*call)
-    except Exception:  # noqa: BLE001 (as _compile_quietly)
-        log.debug("compiling the SwiGLU kernels of %s ahead failed; its timing will compile them", _describe(call),
-                  exc_info=True)  # fmt: skip
         return False
 
 
