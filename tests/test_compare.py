@@ -552,6 +552,32 @@ def test_a_plan_routes_where_the_profile_won(tmp_path):
     assert plan.decide(records[-1].site)[0] is False
 
 
+def test_a_plan_marks_a_pair_that_won_fused(tmp_path):
+    """A SwiGLU pair's two sites that won as the fused kernel are written routed and marked
+    fused, so that the plan fuses the pair again; a pair that lost is written unrouted."""
+    from inductor_mm_plugin.comparison.ab import _write_plan
+    from inductor_mm_plugin.inductor import plan_file
+    from inductor_mm_plugin.inductor.records import SiteRecord
+    from inductor_mm_plugin.inductor.selection import Site
+
+    def record(module):
+        site = Site("mm", module, "Linear", "forward", ((8, 16), (16, 4)), ("bfloat16",) * 2, ((16, 1), (1, 16)),
+                    "cuda:0", "mm", None)  # fmt: skip
+        return SiteRecord(site, True, "", fused="swiglu")
+
+    names = ("gate", "up", "gate2", "up2")
+    records = [record(m) for m in names]
+    sites = [_site(m, timed="swiglu pair") for m in names]
+    for s, (p, a) in zip(sites, ((1.0, 1.5), (1.0, 1.5), (1.5, 1.0), (1.5, 1.0))):
+        s.plugin_ms, s.aten_ms = p, a
+    path = tmp_path / "plan.json"
+    _write_plan(path, records, sites, nn.Linear(2, 2))
+    plan = plan_file.load(path)
+    assert [plan.route[plan_file.site_key(r.site)] for r in records] == [True, True, False, False]
+    assert [plan.fused_swiglu(r.site) for r in records] == [True, True, False, False]
+    assert plan.decide(records[0].site)[0] is False  # never run as a plain kernel: that did not win
+
+
 def test_kernel_time_skips_the_ranges_own_gpu_annotation():
     """A profiler range's GPU-side annotation, linked to the range and named like it, spans its
     kernels: counting it too would double the range's time."""

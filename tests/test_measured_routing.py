@@ -149,8 +149,9 @@ BAD_PLANS = [
     (_plan_json(sites=json.loads("[" * 50 + "]" * 50)), "malformed site list"),
     ('{"format": ' + DEEP + "}", "is not JSON"),
     ("[1, 2]", "is not a routing plan"),
-    (_plan_json(version=True), "is not a routing plan of format version 1"),  # True == 1
-    (_plan_json(version="1"), "is not a routing plan of format version 1"),
+    (_plan_json(version=True), "is not a routing plan of format version 2"),  # True == 1
+    (_plan_json(version="2"), "is not a routing plan of format version 2"),
+    (_plan_json(version=1), "is not a routing plan of format version 2"),  # no fused pairs: SwiGLU sites misread
     (_plan_json(setup="cpu"), "'setup' must be an object"),  # was AttributeError
     (_plan_json(setup=None), "'setup' must be an object"),
     (_plan_json(setup={**plan_file.setup(), "gpu": 7}), "'setup' field 'gpu' must be a string"),
@@ -159,8 +160,12 @@ BAD_PLANS = [
     (_plan_json(sites=[{"site": "a", "route": "false"}]), "site 0: 'route' must be true or false, got 'false'"),
     (_plan_json(sites=[{"site": "a", "route": 1}]), "site 0: 'route' must be true or false, got 1"),
     (_plan_json(sites=[{"site": 5, "route": True}]), "site 0: 'site' must be a string"),
-    (_plan_json(sites=[{"site": "a"}]), "site 0: expected an object with 'site' and 'route'"),
-    (_plan_json(sites=["a"]), "site 0: expected an object with 'site' and 'route'"),
+    (_plan_json(sites=[{"site": "a"}]), "site 0: expected an object with 'site', 'route' and optionally 'fused'"),
+    (_plan_json(sites=["a"]), "site 0: expected an object with 'site', 'route' and optionally 'fused'"),
+    (_plan_json(sites=[{"site": "a", "route": True, "why": "x"}]), "site 0: expected an object with 'site', 'route'"),
+    (_plan_json(sites=[{"site": "a", "route": True, "fused": "gelu"}]), "site 0: 'fused' must be one of \\['swiglu'\\], got 'gelu'"),
+    (_plan_json(sites=[{"site": "a", "route": True, "fused": ["swiglu"]}]), "site 0: 'fused' must be one of .*, got list"),
+    (_plan_json(sites=[{"site": "a", "route": False, "fused": "swiglu"}]), "site 0: a site marked fused must have 'route' true"),
     (_plan_json(sites=[{"site": "a", "route": True}, {"site": "a", "route": False}]), "site 1: 'a' is listed twice"),
 ]
 

@@ -169,6 +169,47 @@ def test_other_options_time_no_pair_under_compete_auto(timed, option):
     assert timed["precompiled"] == [(0, ["mm", "mm"])]
 
 
+def _plan_from(records, tmp_path, won: bool):
+    """A routing plan of these sites: each routed and marked fused where ``won``."""
+    from inductor_mm_plugin.inductor import plan_file
+
+    keys = [plan_file.site_key(r.site) for r in records]
+    path = tmp_path / "plan.json"
+    plan_file.write(path, dict.fromkeys(keys, won), model="SwiGLU", fused=dict.fromkeys(keys, "swiglu") if won else {})
+    return str(path)
+
+
+def test_a_plan_fuses_the_pair_it_won_fused_without_timing(timed, tmp_path):
+    """Under a plan that has the pair winning fused, the pair is fused again, as the extern
+    kernel (the timed form), and nothing is timed."""
+    plan = _plan_from(_route(_swiglu_graph(1024)), tmp_path, won=True)
+    timed["calls"].clear()
+    graph = _swiglu_graph(1024)
+    records = _route(graph, plan=plan)
+    (node,) = _fused_nodes(graph)
+    decision = node.meta[META_KEY]
+    assert timed["calls"] == [] and decision.timed and not decision.epilogue and decision.compete is None
+    assert [(r.fused, r.routed) for r in records] == [("swiglu", True)] * 2
+
+
+def test_a_plan_keeps_a_pair_that_lost_on_stock(timed, tmp_path):
+    plan = _plan_from(_route(_swiglu_graph(1024)), tmp_path, won=False)
+    graph = _swiglu_graph(1024)
+    records = _route(graph, plan=plan)
+    assert not _fused_nodes(graph) and all(r.fused is None and not r.routed for r in records)
+    assert all("routing plan" in r.reason for r in records)
+
+
+def test_a_plan_pair_left_unfused_by_the_options_stays_on_stock(timed, tmp_path):
+    """fuse_swiglu=False under a plan whose pair won fused: its sites' plain kernels were never
+    what won, so they stay on stock, and the reason says why."""
+    plan = _plan_from(_route(_swiglu_graph(1024)), tmp_path, won=True)
+    graph = _swiglu_graph(1024)
+    records = _route(graph, plan=plan, fuse_swiglu=False)
+    assert not _fused_nodes(graph) and not any(r.routed for r in records)
+    assert all("winning fused with its SwiGLU pair" in r.reason for r in records)
+
+
 def test_outside_compete_auto_auto_fuses_untimed_where_the_template_runs(timed):
     """Under compete=False nothing is timed: "auto" fuses where the template runs."""
     graph = _swiglu_graph(1024)
@@ -224,6 +265,29 @@ def test_gpu_measured_swiglu_times_on_the_gpu():
     fused = [r for r in records if r.fused == "swiglu"]
     assert code.count(FUSED_CALL) == (1 if fused else 0) and SWIGLU_MARKER not in code, code
     assert all(r.measured is not None and r.measured.faster for r in fused)
+    torch.testing.assert_close(out.float(), module(x).float(), rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_a_plan_written_by_compare_runs_the_pair_as_it_won(tmp_path):
+    """compare's plan of a SwiGLU MLP, applied to the same model: a pair the plan marks as
+    won fused runs mm_swiglu's extern kernel, else neither of its sites is fused."""
+    import inductor_mm_plugin
+    from inductor_mm_plugin.inductor import plan_file
+
+    module = SwiGLU(d=1024, f=4096, dtype=torch.bfloat16)
+    x = randn(2048, 1024, dtype=torch.bfloat16)
+    path = tmp_path / "plan.json"
+    inductor_mm_plugin.compare(module, (x,), write_plan=path)
+    plan = plan_file.load(path)
+    torch._dynamo.reset()
+    with torch.no_grad(), fresh_inductor_cache(), record_sites() as records:
+        compiled = torch.compile(module, backend="inductor_mm_plugin", options={"plan": str(path)})
+        out, codes = run_and_get_code(compiled, x)
+    code = "\n".join(codes)
+    won_fused = [r for r in records if plan.fused_swiglu(r.site)]
+    assert [r.site for r in records if r.fused == "swiglu"] == [r.site for r in won_fused]
+    assert code.count(FUSED_CALL) == (1 if won_fused else 0) and SWIGLU_MARKER not in code, code
     torch.testing.assert_close(out.float(), module(x).float(), rtol=3e-2, atol=3e-2)
 
 

@@ -481,7 +481,7 @@ def _write_plan(path, records: list[SiteRecord], sites: list[SiteResult], model)
     see it, the site's measurement (the routing pass's, or compare's own). A site never
     timed (a sure loser of the shape table, a symbolic one) is written unrouted: a plan
     must know every site the backend will ask it about."""
-    routes = {}
+    routes, fused = {}, {}
     for record, result in zip(records, sites):
         if not (record.routed or record.measured is not None):
             won = False
@@ -489,5 +489,8 @@ def _write_plan(path, records: list[SiteRecord], sites: list[SiteResult], model)
             won = bool(result.plugin_ms and result.aten_ms) and wins(result.plugin_ms * 1e3, result.aten_ms * 1e3)
         else:
             won = record.measured.faster if record.measured else False
-        routes[plan_file.site_key(record.site)] = won
-    plan_file.write(path, routes, model=type(model).__name__)
+        key = plan_file.site_key(record.site)
+        routes[key] = won
+        if won and record.fused:  # a pair's site that won fused: the plan fuses the pair again
+            fused[key] = record.fused
+    plan_file.write(path, routes, model=type(model).__name__, fused=fused)

@@ -2,7 +2,9 @@
 
 ``compare(..., write_plan=FILE)`` (CLI: ``--write-plan FILE``) writes one; the backend obeys
 one with ``options={"plan": FILE}``: a selected site the plan says the plugin won runs the
-plugin's kernel, every other site stays on stock, and nothing is measured at compile time.
+plugin's kernel, every other site stays on stock, and nothing is measured at compile time. A
+SwiGLU pair that won as one fused kernel (``fuse_swiglu="auto"``) is listed as its two sites,
+each marked ``"fused": "swiglu"``, and runs fused again where both are marked.
 A plan belongs to one model and one setup: it records the plugin, torch and triton versions
 and the GPU, and a site the plan does not know means it was written for another model (or
 other shapes), which is refused with a clear error rather than guessed at.
@@ -17,7 +19,8 @@ import os
 from .selection import not_routed
 
 FORMAT = "inductor_mm_plugin routing plan"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a site may be marked "fused": "swiglu"
+FUSED = ("swiglu",)
 
 
 class PlanError(ValueError):
@@ -37,17 +40,28 @@ class Plan:
     setup: dict  # plugin, torch, triton, gpu
     route: dict  # site key -> whether the plugin runs there
     model: str = ""  # the class of the model it was written from
+    fused: frozenset = frozenset()  # site keys that won as a fused SwiGLU pair's sites
 
     def decide(self, site) -> tuple[bool, str]:
-        """(routed, reason) for a selected, eligible site."""
+        """(routed, reason) for a selected, eligible site that is not fused."""
+        key = self._key(site)
+        if key in self.fused:  # what won there was the fused pair, not this site's own kernel
+            return False, not_routed("plan_unfused", plan=self.path)
+        if self.route[key]:
+            return True, ""
+        return False, not_routed("plan", plan=self.path)
+
+    def fused_swiglu(self, site) -> bool:
+        """Whether ``site`` won as one of a fused SwiGLU pair's two matmuls."""
+        return self._key(site) in self.fused
+
+    def _key(self, site) -> str:
         key = site_key(site)
         if key not in self.route:
             raise PlanError(f"inductor_mm_plugin: the routing plan {self.path} was written for another model or other "
                             f"shapes: it has no site {key!r}. Write a new plan for this model "
                             "(compare(..., write_plan=...) or the CLI's --write-plan).")  # fmt: skip
-        if self.route[key]:
-            return True, ""
-        return False, not_routed("plan", plan=self.path)
+        return key
 
 
 def setup() -> dict:
@@ -61,9 +75,13 @@ def setup() -> dict:
     return {"plugin": __version__, "torch": torch.__version__, "triton": triton.__version__, "gpu": gpu}
 
 
-def write(path, routes: dict[str, bool], model: str = "") -> None:
+def write(path, routes: dict[str, bool], model: str = "", fused: dict[str, str] | None = None) -> None:
+    """``routes``: site key -> routed; ``fused``: site key -> "swiglu" for a fused pair's sites."""
+    fused = fused or {}
+    sites = [{"site": k, "route": bool(v), **({"fused": fused[k]} if k in fused else {})}
+             for k, v in sorted(routes.items())]  # fmt: skip
     text = json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "model": model, "setup": setup(),
-                       "sites": [{"site": k, "route": bool(v)} for k, v in sorted(routes.items())]}, indent=1)  # fmt: skip
+                       "sites": sites}, indent=1)  # fmt: skip
     with open(path, "w") as f:
         f.write(text + "\n")
 
@@ -104,10 +122,11 @@ def load(path) -> Plan:
     sites = data.get("sites")
     if not isinstance(sites, list):
         raise malformed(f"'sites' must be a list (the plan has a malformed site list), got {type(sites).__name__}")
-    route = {}
+    route, fused = {}, set()
     for i, entry in enumerate(sites):
-        if not isinstance(entry, dict) or set(entry) != {"site", "route"}:
-            raise malformed(f"site {i}: expected an object with 'site' and 'route' (a malformed site list)")
+        if not isinstance(entry, dict) or not {"site", "route"} <= set(entry) <= {"site", "route", "fused"}:
+            raise malformed(f"site {i}: expected an object with 'site', 'route' and optionally 'fused' "
+                            "(a malformed site list)")  # fmt: skip
         key, routed = entry["site"], entry["route"]
         if not isinstance(key, str):
             raise malformed(f"site {i}: 'site' must be a string, got {type(key).__name__}")
@@ -116,5 +135,13 @@ def load(path) -> Plan:
             raise malformed(f"site {i}: 'route' must be true or false, got {shown[:80]}")
         if key in route:
             raise malformed(f"site {i}: {key[:200]!r} is listed twice")
+        if "fused" in entry:
+            kind = entry["fused"]
+            if type(kind) is not str or kind not in FUSED:
+                shown = repr(kind) if isinstance(kind, (str, int, float)) else type(kind).__name__
+                raise malformed(f"site {i}: 'fused' must be one of {list(FUSED)}, got {shown[:80]}")
+            if not routed:
+                raise malformed(f"site {i}: a site marked fused must have 'route' true")
+            fused.add(key)
         route[key] = routed
-    return Plan(path, written, route, data.get("model", ""))  # a str: checked above
+    return Plan(path, written, route, data.get("model", ""), frozenset(fused))  # model: a str, checked above

@@ -202,7 +202,8 @@ class RoutePass(compat.CustomGraphPass):
             return None  # Inductor bypasses its FX graph cache for this compile
         key = (
             "inductor_mm_plugin", __version__, _package_source_hash(), select_key, self.options.compete,
-            self.options.fuse_swiglu, sorted(self.options.plan.route.items()) if self.options.plan else None,
+            self.options.fuse_swiglu,
+            (sorted(self.options.plan.route.items()), sorted(self.options.plan.fused)) if self.options.plan else None,
             dataclasses.astuple(self.root()), marked_classes_fingerprint(), interpreting(), repr(chained),
         )  # fmt: skip
         return hashlib.sha256(repr(key).encode()).hexdigest()
@@ -231,15 +232,19 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     # fuse_swiglu="auto" fuses where the SwiGLU template runs; under compete="auto" (no plan)
     # only where the fused extern kernel timed faster than stock's form, as a site is routed:
     # inside a Llama model the fused template (with the RMSNorm fused into it) took 603 us where
-    # stock took 572 (docs/performance.md), so an untimed fusion is no default.
+    # stock took 572 (docs/performance.md), so an untimed fusion is no default. Under a plan,
+    # where the plan says the pair won fused (in the model it was written from).
     timed_pairs = options.fuse_swiglu == "auto" and options.compete == "auto" and options.plan is None
-    if timed_pairs:
-        fuse = "auto"  # the pairs the fused kernel takes; each is timed below
+    planned_pairs = options.fuse_swiglu == "auto" and options.plan is not None
+    if timed_pairs or planned_pairs:
+        fuse = "auto"  # the pairs the fused kernel takes; each is timed, or looked up, below
     elif options.compete == "auto" or options.plan is not None:
         fuse = options.fuse_swiglu is True
     else:
         fuse = options.fuse_swiglu
     pairs = swiglu_pairs(routed_mms, fuse)
+    if planned_pairs:
+        pairs = [p for p in pairs if all(options.plan.fused_swiglu(site_of[n]) for n in p[:2])]
     fused_untimed = set() if timed_pairs else {n for pair in pairs for n in pair[:2]}
     # The sites measured below: selected, not fused, on CUDA, under compete="auto" without a plan.
     # A timed pair's sites are among them until their pair is fused: its kernels and theirs
@@ -263,12 +268,14 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
         compete, measured = None, None
         if node in fused:
             gate, up, product = fused[node]
-            compete = Compete.ALL if options.compete is True else None
+            compete = Compete.ALL if options.compete is True and options.plan is None else None
             measured = pair_measured.get(node)
             if gate not in done:  # the pair's first site in graph order rewrites both
-                fuse_swiglu(graph, gate, up, product, site_of[gate], compete, timed=measured is not None)
+                # A timed or planned pair runs the form that was timed: the extern kernel.
+                timed_form = measured is not None or planned_pairs
+                fuse_swiglu(graph, gate, up, product, site_of[gate], compete, timed=timed_form)
                 done.add(gate)
-            why = f": the fused kernel's {measured.describe()}" if measured else ""
+            why = f": the fused kernel's {measured.describe()}" if measured else " (routing plan)" if planned_pairs else ""
             log_decision("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
                          "inductor_mm_plugin::mm_swiglu%s", site, why)  # fmt: skip
         elif routed:

@@ -69,6 +69,8 @@ REASONS = {
     "slower": "{measured}: not faster in every round, by {margin:.2f}x and {saving} us per call in the median, so it "
               "stays on stock",
     "plan": "the routing plan {plan} keeps it on stock (the plugin did not win there when measured)",
+    "plan_unfused": "the routing plan {plan} has it winning fused with its SwiGLU pair, which is not fused here: its "
+                    "plain kernel was not measured, so it stays on stock",
 }  # fmt: skip
 
 
