@@ -164,7 +164,8 @@ SITE = "forward|up|addmm|32 8x16 16x32|1 16,1 1,16|float32"
 
 def _plan_document():
     return {"format": plan_file.FORMAT, "version": plan_file.FORMAT_VERSION, "model": "MLP",
-            "setup": plan_file.setup(), "sites": [{"site": SITE, "route": True}, {"site": "b", "route": False}]}
+            "setup": plan_file.setup(), "sites": [{"site": SITE, "route": True}, {"site": "b", "route": False},
+                                                  {"site": "c", "route": True, "fused": "swiglu"}]}  # fmt: skip
 
 
 @_settings(max_examples=400)
@@ -182,3 +183,5 @@ def test_a_plan_is_loaded_as_written_or_refused_with_plan_error(folder, data):
     assert plan.setup == written["setup"] and all(plan.setup[k] == v for k, v in plan_file.setup().items())
     assert plan.route == {s["site"]: s["route"] for s in written["sites"]}
     assert all(type(k) is str and type(v) is bool for k, v in plan.route.items())
+    assert plan.fused == {s["site"] for s in written["sites"] if "fused" in s}
+    assert all(plan.route[k] for k in plan.fused)  # a fused site is a routed one
