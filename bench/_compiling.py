@@ -66,6 +66,21 @@ def warm_up_compilers(device: str) -> None:
     torch._dynamo.reset()
 
 
+def _described(hook_kwargs: dict) -> str:
+    """One compiled kernel as Triton specialized it: name, warps, stages, the arguments it took as
+    constants (constexprs, integers == 1) and each argument's attributes (divisible by 16).
+    Triton 3.6's own ``repr`` argument pairs parameters with characters of the cache key."""
+    c = hook_kwargs.get("compile") or {}
+    jit = getattr(hook_kwargs.get("fn"), "jit_function", None)
+    names = list(getattr(jit, "arg_names", []))
+
+    def named(path) -> str:
+        return names[path[0]] if path and path[0] < len(names) else str(path)
+
+    consts = {named(k): v for k, v in (c.get("constants") or {}).items() if not callable(v)}
+    attrs = {named(k): v for k, v in ((c.get("configs") or [{}])[0] or {}).items()}
+    name = getattr(hook_kwargs.get("fn"), "name", "?")
+    return f"{name}[warps={c.get('num_warps')}, stages={c.get('num_stages')}] constants={consts} attrs={attrs}"
 
 
 @contextlib.contextmanager
@@ -134,9 +149,9 @@ def routing_clock():
         ours = str(getattr(info, "module", "")).startswith("inductor_mm_plugin")
         if ours and not getattr(inside, "ahead", False) and not getattr(inside, "deciding", False):
             spent["call_compiles"] += 1
-            specializations["at_calls"].append(kwargs.get("repr"))
+            specializations["at_calls"].append(_described(kwargs))
         elif ours:
-            specializations["ahead"].append(kwargs.get("repr"))
+            specializations["ahead"].append(_described(kwargs))
         return previous_hook(**kwargs) if previous_hook else None
 
     def clocked(fn, field, count=None):
@@ -329,7 +344,7 @@ def compile_rounds(client, arms: list[str], device: str, n: int, cold: bool, fli
             seconds, where, clock = compile_once(client, arm, device, cold)
             times[arm].append(seconds)
             phases[arm].append(where)
-            routing[arm].append({k: round(v, 2) for k, v in clock.items()})
+            routing[arm].append({k: round(v, 2) for k, v in clock.items() if k != "specializations"})
     return times, phases, routing
 
 

@@ -268,11 +268,18 @@ def test_models_routing_clock_counts_the_ops_first_calls_and_their_compiles(monk
         measure.decide("mm")  # timing a site: neither its call nor its compile counted
         ahead._compile_call(1)  # compiled ahead: not counted
         hook = triton.knobs.runtime.jit_post_compile_hook
-        hook(fn=ours, repr="k(lock_ptr: *i32)")  # compiled at a call: counted
+        jit = types.SimpleNamespace(arg_names=["a_ptr", "M", "BLOCK"])
+        at_call = types.SimpleNamespace(module=ours.module, name="k", jit_function=jit)
+        compiled = {"num_warps": 4, "num_stages": 3, "constants": {(2,): 64, (1,): 1},
+                    "configs": [{(0,): [["tt.divisibility", 16]]}]}  # fmt: skip
+        hook(fn=at_call, compile=compiled, repr="k(a_ptr: ())")  # compiled at a call: counted
         hook(fn=theirs, repr="theirs()")  # not the plugin's kernel
     assert 0.02 <= spent["op_calls_s"] < 0.04 and spent["call_compiles"] == 1
-    # Which specialization compiled where (the decide and ahead compiles passed no repr).
-    assert spent["specializations"] == {"at_calls": ["k(lock_ptr: *i32)"], "ahead": [None, None]}
+    # Which specialization compiled where, named from Triton's compile kwargs (not its repr,
+    # which pairs parameters with characters of the cache key); the other compiles passed none.
+    described = "k[warps=4, stages=3] constants={'BLOCK': 64, 'M': 1} attrs={'a_ptr': [['tt.divisibility', 16]]}"
+    nothing = "?[warps=None, stages=None] constants={} attrs={}"
+    assert spent["specializations"] == {"at_calls": [described], "ahead": [nothing, nothing]}
     assert seen == ["inductor_mm_plugin.kernels.matmul"] * 3 + ["user.kernels"]  # the earlier hook still ran
     assert triton.knobs.runtime.jit_post_compile_hook is before
 
