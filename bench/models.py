@@ -89,7 +89,7 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 
 import torch
 import torch.nn.functional as F
-from inductor_mm_plugin.comparison.profile import site_key, stock_paid
+from inductor_mm_plugin.comparison.profile import site_key, site_paid
 from _compiling import (
     ARMS, BASELINE, BY_NAME_ONLY, compile_fn, compile_ratio, forgotten, fresh_cache, own_heap, routing_clock,
     timed_compiles, warm_up_compilers,
@@ -246,28 +246,29 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30)) if torch.isfinite(out).all() else math.inf
 
 
-def site_check(records, plugin_profile, stock_profile) -> dict:
+def site_check(records, plugin_profiles, stock_profiles) -> dict:
     """Was each routed site's decision right in the model? Its kernels' GPU time per call in the
-    plugin arm's profiled step against stock's for the same calls (comparison/profile.py).
+    plugin arm's profiled steps against stock's for the same calls (comparison/profile.py), the
+    median over interleaved rounds of the per-round ratio (``profile_rounds``, ``site_paid``).
     ``sites_right``: the fraction right of the routed sites the profiles can see (None: none
     routed or none seen); ``sites_wrong``: the sites whose kernels were slower than stock's;
     ``sites_unseen``: routed sites with no attributable kernel (templates, fused SwiGLU)."""
     routed = [r for r in records if r.routed]
-    if plugin_profile is None or stock_profile is None:
+    if not plugin_profiles or not stock_profiles:
         return dict(sites_right=None, sites_wrong=[], sites_unseen=len(routed))
     right, wrong, unseen = 0, [], 0
     for r in routed:
         key = site_key(r.site.op, r.site.shapes)
-        ours = plugin_profile.time("plugin", key) if key else None
-        theirs = stock_paid(stock_profile, plugin_profile, key) if key else None
-        if not (ours and theirs and ours.us > 0 and theirs.us > 0):
+        paid = site_paid(stock_profiles, plugin_profiles, key) if key else None
+        if paid is None:
             unseen += 1
-        elif ours.per_call_us <= theirs.per_call_us:
+        elif paid.ratio >= 1.0:
             right += 1
         else:
             wrong.append(f"{r.site.phase} {r.site.module or '<root>'} {r.site.op} "
                          f"{'x'.join(map(str, key[1]))}@{'x'.join(map(str, key[2]))} "
-                         f"({ours.per_call_us:.1f} us against {theirs.per_call_us:.1f})")  # fmt: skip
+                         f"({paid.plugin_median_us:.1f} us against {paid.stock_median_us:.1f}, "
+                         f"{paid.ratio:.3f}x over {len(paid.plugin_us)} rounds)")  # fmt: skip
     seen = right + len(wrong)
     return dict(sites_right=right / seen if seen else None, sites_wrong=wrong, sites_unseen=unseen)
 
@@ -289,7 +290,7 @@ def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: i
 def timed_steps(name: str, client, arms: list[str], device: str, n_rounds: int, order_flip: bool) -> list[dict]:
     """Each arm compiled and checked against the model in fp32, then the arms' steps timed in
     rounds: the model's rows."""
-    from inductor_mm_plugin.comparison.profile import profile_step
+    from inductor_mm_plugin.comparison.profile import median_profile, profile_rounds
     from inductor_mm_plugin.inductor.records import record_sites
 
     ref = client.reference()
@@ -317,11 +318,11 @@ def timed_steps(name: str, client, arms: list[str], device: str, n_rounds: int, 
               f"{info[arm]['routed_sites']}/{info[arm]['sites']} sites routed"
               + (f"; routing {info[arm]['routing']}" if "routing" in info[arm] else ""), flush=True)  # fmt: skip
 
-    profiles = {arm: profile_step(step) for arm, step in steps.items()} if device == "cuda" else {}
+    profiles = profile_rounds(steps) if device == "cuda" else {}
     for arm in arms:
         if profiles.get(arm):  # every kernel's GPU time per step, and the matmuls' part
-            info[arm].update(kernels_us=round(profiles[arm].total_us, 1),
-                             matmul_us=round(profiles[arm].matmul_us(), 1))  # fmt: skip
+            typical = median_profile(profiles[arm])
+            info[arm].update(kernels_us=round(typical.total_us, 1), matmul_us=round(typical.matmul_us(), 1))
         if arm in BASELINE and arm in info:
             info[arm].update(site_check(info[arm].pop("records"), profiles.get(arm), profiles.get(BASELINE[arm])))
             if info[arm]["sites_wrong"]:

@@ -359,8 +359,8 @@ def test_sweep_selector_leave_one_out_reads_each_pick_off_its_own_row():
 
 
 def test_models_site_check_reads_the_profiles_of_both_arms():
-    """Each routed site's kernels in the plugin arm's profile against stock's for the same
-    shapes: right, wrong (named), or unseen; sites not routed do not count."""
+    """Each routed site's kernels in the plugin arm's profiles against stock's for the same
+    shapes, round by round: right, wrong (named), or unseen; sites not routed do not count."""
     import types
 
     import models
@@ -375,15 +375,28 @@ def test_models_site_check_reads_the_profiles_of_both_arms():
     k_fast, k_slow = site_key("mm", fast.site.shapes), site_key("addmm", slow.site.shapes)
     plugin = Profile({("plugin", k_fast): Kernels(10.0, 2), ("plugin", k_slow): Kernels(30.0, 1)}, 100.0)
     stock = Profile({("aten", k_fast): Kernels(12.0, 2), ("aten", k_slow): Kernels(20.0, 1)}, 100.0)
-    got = models.site_check([fast, slow, unseen, kept], plugin, stock)
+    got = models.site_check([fast, slow, unseen, kept], [plugin], [stock])
     assert got["sites_right"] == 0.5 and got["sites_unseen"] == 1
-    assert got["sites_wrong"] == ["forward layers.0.up addmm 64x32@32x48 (30.0 us against 20.0)"]
-    assert models.site_check([fast, kept], None, stock) == dict(sites_right=None, sites_wrong=[], sites_unseen=1)
+    assert got["sites_wrong"] == ["forward layers.0.up addmm 64x32@32x48 (30.0 us against 20.0, 0.667x over 1 rounds)"]
+    assert models.site_check([fast, kept], [], [stock]) == dict(sites_right=None, sites_wrong=[], sites_unseen=1)
     # A shape that unrouted sites share: the routed call meets stock's own call of it, not the mean.
     shared = record("mm", ((64, 32), (32, 16)), module="layers.0.down")
     plugin = Profile({("plugin", k_fast): Kernels(9.0, 1), ("aten", k_fast): Kernels(10.0, 2)}, 100.0)
     stock = Profile({("aten", k_fast): Kernels(18.0, 3)}, 100.0)  # 5 + 5 for those kept, 8 for the routed one
-    assert models.site_check([shared], plugin, stock)["sites_wrong"] == ["forward layers.0.down mm 64x32@32x16 (9.0 us against 8.0)"]
+    assert models.site_check([shared], [plugin], [stock])["sites_wrong"] == [
+        "forward layers.0.down mm 64x32@32x16 (9.0 us against 8.0, 0.889x over 1 rounds)"]
+    # Rounds: each round's plugin profile meets the same round's stock profile, and the verdict
+    # is the median of the per-round ratios. The GPU's clock fell in round 2 (both arms slower):
+    # paired by round, the plugin wins every round; a median of each arm alone would not say so.
+    plugins = [Profile({("plugin", k_fast): Kernels(us, 1)}, 100.0) for us in (10.0, 14.0, 10.2)]
+    stocks = [Profile({("aten", k_fast): Kernels(us, 1)}, 100.0) for us in (10.5, 14.5, 10.1)]
+    got = models.site_check([fast], plugins, stocks)
+    assert got["sites_right"] == 1.0, got
+    # A stock round that did not see the site is left out, not paired with another round.
+    stocks[1] = Profile({}, 100.0)
+    plugins[0] = Profile({("plugin", k_fast): Kernels(10.8, 1)}, 100.0)
+    got = models.site_check([fast], plugins, stocks)
+    assert got["sites_right"] == 0.0 and "0.981x over 2 rounds" in got["sites_wrong"][0], got
 
 
 @pytest.mark.parametrize("script", sorted(p.stem for p in BENCH.glob("*.py")))

@@ -489,7 +489,7 @@ def test_site_times_and_the_why_come_from_the_profiles():
     plugin = Profile({("plugin", key): Kernels(10.0, 2), ("aten", ("mm", (8, 4), (4, 4))): Kernels(5.0, 1)}, 130.0)
     sites = [_site("up"), _site("out", shapes=((8, 4), (4, 4)), routed=False),
              _site("bias", op="addmm", shapes=((4,), (8, 16), (16, 4)))]  # fmt: skip
-    _from_profiles(sites, {"stock": stock, "plugin": plugin})
+    _from_profiles(sites, {"stock": [stock], "plugin": [plugin]})
     up, out, bias = sites
     assert (up.timed, up.plugin_ms, up.aten_ms) == ("profile", 0.005, 0.010)
     assert bias.timed == "profile" and bias.speedup == 2.0  # addmm meets its (a, b) calls too
@@ -515,7 +515,7 @@ def test_a_routed_site_meets_stocks_calls_of_its_own_shape_only():
     paid = stock_paid(stock, plugin, key)
     assert (paid.us, paid.calls, paid.per_call_us) == (40.0, 1, 40.0)
     sites = [_site("down"), _site("gate", routed=False)]
-    _from_profiles(sites, {"stock": stock, "plugin": plugin})
+    _from_profiles(sites, {"stock": [stock], "plugin": [plugin]})
     assert (sites[0].plugin_ms, sites[0].aten_ms) == (0.030, 0.040)  # the mean of all three would read 0.020
     assert stock_paid(stock, Profile({("plugin", key): Kernels(30.0, 1)}, 1.0), key) is stock.time("aten", key)
     # Nothing left to attribute (the plugin arm kept every call on aten): not seen.
@@ -620,3 +620,26 @@ def test_plugin_kernels_are_found_inside_their_ranges_gpu_annotation():
     key = ("mm", (16, 4096), (4096, 4096))
     assert found["plugin", key].calls == 1 and found["plugin", key].per_call_us == pytest.approx(8.5)
     assert found["aten", key].calls == 1 and found["aten", key].per_call_us == pytest.approx(9.0)
+
+
+def test_profiles_are_taken_in_rounds_of_alternating_order(monkeypatch):
+    """``profile_rounds`` profiles each arm once a round, the order reversed every round, and
+    ``median_profile`` gives one arm's typical step (a key missing from a round counts 0 there)."""
+    from inductor_mm_plugin.comparison import profile
+    from inductor_mm_plugin.comparison.profile import Kernels, Profile
+
+    order = []
+    key = ("mm", (8, 16), (16, 4))
+
+    def fake_profile(step):
+        order.append(step())
+        us = 10.0 + len(order)
+        return Profile({("plugin", key): Kernels(us, 1)} if len(order) != 3 else {}, 100.0 + len(order))
+
+    monkeypatch.setattr(profile, "profile_step", fake_profile)
+    got = profile.profile_rounds({"stock": lambda: "stock", "plugin": lambda: "plugin"}, rounds=3)
+    assert order == ["stock", "plugin", "plugin", "stock", "stock", "plugin"]
+    assert [p.total_us for p in got["stock"]] == [101.0, 104.0, 105.0]
+    typical = profile.median_profile(got["plugin"])  # 12 us, nothing (round 2), 16 us
+    assert typical.time("plugin", key).us == 12.0 and typical.total_us == 103.0
+    assert profile.median_profile([]) is None

@@ -53,7 +53,7 @@ from ..inductor.records import SiteRecord, record_sites
 from ..inductor.selection import RootInfo, root_from_dynamo
 from ..interpreter import interpreting
 from ..ops.reference import UNIT_ROUNDOFF
-from .profile import profile_step, site_key, stock_paid
+from .profile import median_profile, profile_rounds, site_key, site_paid, stock_paid
 from .report import CompareError, Error, GraphResult, Report, SiteResult
 from .timing import ROUNDS, interleaved, time_sites
 
@@ -249,8 +249,8 @@ def compare(
         if timing:
             progress(f"timing the model step in {rounds} interleaved rounds")
             model_timing = _time_model(steps, device, rounds, warmup, reps, graphs_on)
-            progress("profiling each arm's step: the GPU time of every matmul")
-            profiles = {arm: profile_step(step) for arm, step in steps.items()} if cuda else {}
+            progress("profiling each arm's step in interleaved rounds: the GPU time of every matmul")
+            profiles = profile_rounds(steps) if cuda else {}
         torch.compiler.reset()
 
     tolerance = TOLERANCE.get(dtype, 1e-3)
@@ -272,7 +272,8 @@ def compare(
         time_sites(sites, plugin_options, inductor, device, warmup, reps, graphs_on)
         model_result["timing"] = model_timing
         if profiles.get("stock") and profiles.get("plugin"):
-            model_result["profile"] = _profile_summary(profiles, model_timing)
+            model_result["profile"] = _profile_summary({arm: median_profile(p) for arm, p in profiles.items()},
+                                                       model_timing)  # fmt: skip
         if plugin_options.plan is not None:
             model_result["plan_check"] = _plan_check(plugin_options.plan, model, model_timing)
     if write_plan is not None:
@@ -427,19 +428,20 @@ def _time_model(steps: dict, device, rounds, warmup, reps, cudagraphs) -> dict:
 
 
 def _from_profiles(sites: list[SiteResult], profiles: dict) -> None:
-    """Each routed site's times from the arms' profiles: the plugin's kernels for its shapes in
-    the plugin arm, aten's for the same calls in the stock arm (per call; profile.py says how
-    sites are met, ``stock_paid`` which of stock's calls count)."""
+    """Each routed site's times from the arms' profiles (``profile_rounds``): the plugin's
+    kernels for its shapes in the plugin arm, aten's for the same calls in the stock arm, per
+    call, the median over rounds (profile.py says how sites are met, ``stock_paid`` which of
+    stock's calls count)."""
     stock, plugin = profiles.get("stock"), profiles.get("plugin")
-    if stock is None or plugin is None:
+    if not stock or not plugin:
         return
     for s in sites:
         key = site_key(s.op, s.shapes)
         if not s.routed or key is None:
             continue
-        ours, theirs = plugin.time("plugin", key), stock_paid(stock, plugin, key)
-        if ours and theirs and ours.us > 0 and theirs.us > 0:  # kernels seen in both arms
-            s.plugin_ms, s.aten_ms, s.timed = ours.per_call_us / 1e3, theirs.per_call_us / 1e3, "profile"
+        paid = site_paid(stock, plugin, key)
+        if paid is not None:  # kernels seen in both arms
+            s.plugin_ms, s.aten_ms, s.timed = paid.plugin_median_us / 1e3, paid.stock_median_us / 1e3, "profile"
 
 
 def _profile_summary(profiles: dict, timing: dict) -> dict:

@@ -19,6 +19,7 @@ graphs; a kernel's GPU time is the same either way.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from typing import Callable, Iterable
 
 import torch
@@ -178,4 +179,66 @@ def profile_step(step: Callable, steps: int = 3) -> Profile | None:
     return Profile(attribute(events, steps), total)
 
 
-__all__ = ["Kernels", "Profile", "attribute", "profile_step", "site_key", "stock_paid"]
+def profile_rounds(steps: dict[str, Callable], rounds: int = 3) -> dict[str, list[Profile]]:
+    """Each arm's step profiled once a round, in an order reversed every round, as the timings'
+    interleaved rounds: the GPU's clock drifts between two profiles taken one after the other
+    by more than a routed site's margin (llama-train's backward down_proj on the H100 at
+    bc8900d: 37.6 us against stock's 37.5, one profile each). Rounds with no GPU time are
+    left out, so an arm's list may be empty (the CPU)."""
+    order, out = list(steps), {arm: [] for arm in steps}
+    for r in range(rounds):
+        for arm in order if r % 2 == 0 else order[::-1]:
+            profile = profile_step(steps[arm])
+            if profile is not None:
+                out[arm].append(profile)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SitePaid:
+    """A routed site's kernels per call in the model, the plugin arm's against stock's for the
+    same calls (``stock_paid``), in each round where both were seen."""
+
+    plugin_us: tuple[float, ...]
+    stock_us: tuple[float, ...]
+
+    @property
+    def ratio(self) -> float:
+        """The median over rounds of stock's time over the plugin's (above 1: the plugin faster)."""
+        return statistics.median(s / p for p, s in zip(self.plugin_us, self.stock_us))
+
+    @property
+    def plugin_median_us(self) -> float:
+        return statistics.median(self.plugin_us)
+
+    @property
+    def stock_median_us(self) -> float:
+        return statistics.median(self.stock_us)
+
+
+def site_paid(stock: list[Profile], plugin: list[Profile], key) -> SitePaid | None:
+    """``key``'s plugin kernels against what stock paid for them, round by round (the two arms'
+    profiles of one round paired, ``profile_rounds``); None where no round saw both."""
+    ours, theirs = [], []
+    for s, p in zip(stock, plugin):
+        o, t = p.time("plugin", key), stock_paid(s, p, key)
+        if o and t and o.us > 0 and t.us > 0:
+            ours.append(o.per_call_us)
+            theirs.append(t.per_call_us)
+    return SitePaid(tuple(ours), tuple(theirs)) if ours else None
+
+
+def median_profile(profiles: list[Profile]) -> Profile | None:
+    """One profile of an arm's rounds: each (runner, key)'s median time and calls per step, and
+    the median total (a key missing from a round counts as 0 there)."""
+    if not profiles:
+        return None
+    keys = {k for p in profiles for k in p.matmuls}
+    zero = Kernels()
+    matmuls = {k: Kernels(statistics.median(p.matmuls.get(k, zero).us for p in profiles),
+                          statistics.median(p.matmuls.get(k, zero).calls for p in profiles)) for k in keys}  # fmt: skip
+    return Profile(matmuls, statistics.median(p.total_us for p in profiles))
+
+
+__all__ = ["Kernels", "Profile", "SitePaid", "attribute", "median_profile", "profile_rounds", "profile_step",
+           "site_key", "site_paid", "stock_paid"]
