@@ -92,13 +92,13 @@ def routing_clock():
     first_calls_s, precompile_s, sites, timed (sites measured), precompiled (kernels compiled ahead),
     behind (routed sites whose kernels compile in the background, ``measure.compile_routed``),
     predicted (sites predicted at the backend's entry and compiled behind, ``measure.compile_predicted``);
-    and each kernel compiled ahead, in whichever thread (``kernel_compiles``, the longest
+    and each kernel compiled ahead, a SwiGLU pair's included, in whichever thread (``kernel_compiles``, the longest
     ``kernel_compile_max_s`` and their sum ``kernel_compile_sum_s``: a precompile_s near the
     sum says the threads took turns, near the longest that they ran side by side); and what
     the model's own calls of the plugin's ops paid (``op_calls_s``, main thread, outside the
     timing) and how many of its kernels Triton compiled there rather than ahead
     (``call_compiles``: a kernel compiled ahead under another specialization compiles again
-    at its first call). Warm, llama-decode's plugin compile spent 0.8-1.2 s more than stock's
+    at its first call; a SwiGLU pair's timing, ``decide_swiglu``, counts as a site's). Warm, llama-decode's plugin compile spent 0.8-1.2 s more than stock's
     after Dynamo's compile (de14967): these two say whether the ops' first calls took it."""
     from inductor_mm_plugin.inductor import measure
 
@@ -106,13 +106,14 @@ def routing_clock():
              "behind": 0, "predicted": 0, "kernel_compiles": 0, "kernel_compile_max_s": 0.0,
              "kernel_compile_sum_s": 0.0, "op_calls_s": 0.0, "call_compiles": 0}  # fmt: skip
     decide, measure_fn, call, precompile = measure.decide, measure.measure, measure._call, measure.precompile
+    decide_swiglu = measure.decide_swiglu
     compile_routed, compile_predicted = measure.compile_routed, measure.compile_predicted
     from inductor_mm_plugin.runtime import ahead
 
     # (the package re-exports the function runtime.launch under the module's name)
     launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")
 
-    compile_call, compiles = ahead._compile_call, []
+    compile_call, compile_swiglu, compiles = ahead._compile_call, ahead.compile_swiglu, []
     # Triton's repr of each plugin kernel compiled (name, options, each argument's type and
     # specialization): at the model's calls, and ahead or while timing. A kernel compiled
     # ahead under one specialization compiles again at its first call under another; the two
@@ -121,14 +122,17 @@ def routing_clock():
     matmul = launch_module._matmul
     inside = threading.local()  # .ahead / .deciding: this thread compiles ahead / times sites
 
-    def timed_compile_call(*args, **kwargs):
-        t0 = time.perf_counter()
-        inside.ahead = True
-        try:
-            return compile_call(*args, **kwargs)
-        finally:
-            inside.ahead = False
-            compiles.append(time.perf_counter() - t0)  # list.append: one at a time, in any thread
+    def compiled_ahead(fn):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            inside.ahead = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                inside.ahead = False
+                compiles.append(time.perf_counter() - t0)  # list.append: one at a time, in any thread
+
+        return run
 
     def op_call(*args, **kwargs):
         if getattr(inside, "deciding", False) or threading.current_thread() is not threading.main_thread():
@@ -166,14 +170,18 @@ def routing_clock():
 
         return run
 
-    clocked_decide = clocked(decide, "decide_s", "sites")
+    def deciding(fn):
+        # A SwiGLU pair's timing compiles and runs both arms' kernels as a site's does.
+        def run(*args, **kwargs):
+            inside.deciding = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                inside.deciding = False
 
-    def timed_decide(*args, **kwargs):
-        inside.deciding = True
-        try:
-            return clocked_decide(*args, **kwargs)
-        finally:
-            inside.deciding = False
+        return run
+
+    timed_decide, timed_decide_swiglu = deciding(clocked(decide, "decide_s", "sites")), deciding(decide_swiglu)
 
     def counted_precompile(*args, **kwargs):
         t0 = time.perf_counter()
@@ -214,8 +222,9 @@ def routing_clock():
 
     measure.decide, measure.measure, measure._call = timed_decide, counted_measure, first_call_timed
     measure.precompile, measure.compile_routed = counted_precompile, counted_behind
-    measure.compile_predicted = counted_predicted
-    ahead._compile_call, launch_module._matmul = timed_compile_call, op_call
+    measure.compile_predicted, measure.decide_swiglu = counted_predicted, timed_decide_swiglu
+    ahead._compile_call, ahead.compile_swiglu = compiled_ahead(compile_call), compiled_ahead(compile_swiglu)
+    launch_module._matmul = op_call
     triton.knobs.runtime.jit_post_compile_hook = compiled
     try:
         yield spent
@@ -223,6 +232,7 @@ def routing_clock():
         measure.decide, measure.measure, measure._call, measure.precompile = decide, measure_fn, call, precompile
         measure.compile_routed, ahead._compile_call = compile_routed, compile_call
         measure.compile_predicted, launch_module._matmul = compile_predicted, matmul
+        measure.decide_swiglu, ahead.compile_swiglu = decide_swiglu, compile_swiglu
         triton.knobs.runtime.jit_post_compile_hook = previous_hook
         ahead.wait_all()  # (the backend returned with none running already)
         spent.update(kernel_compiles=len(compiles), kernel_compile_max_s=max(compiles, default=0.0),

@@ -263,10 +263,16 @@ def test_models_routing_clock_counts_the_ops_first_calls_and_their_compiles(monk
     monkeypatch.setattr(launch_module, "_matmul", lambda *args: time.sleep(0.02))
     monkeypatch.setattr(measure, "decide", lambda *args: launch_module._matmul() or triton.knobs.runtime.jit_post_compile_hook(fn=ours))  # fmt: skip
     monkeypatch.setattr(ahead, "_compile_call", lambda *call: triton.knobs.runtime.jit_post_compile_hook(fn=ours))
+    # A SwiGLU pair's timing and its kernels compiled ahead (qwen2-prefill's fused kernel and
+    # stock form's silu*mul read as compiled at calls on the H100 at fa33f33 before these two).
+    monkeypatch.setattr(measure, "decide_swiglu", lambda *args: triton.knobs.runtime.jit_post_compile_hook(fn=ours))
+    monkeypatch.setattr(ahead, "compile_swiglu", lambda *call: triton.knobs.runtime.jit_post_compile_hook(fn=ours))
     with _compiling.routing_clock() as spent:
         launch_module._matmul("mm")  # the model's call: counted
         measure.decide("mm")  # timing a site: neither its call nor its compile counted
         ahead._compile_call(1)  # compiled ahead: not counted
+        measure.decide_swiglu([], True)  # timing a pair: not counted
+        ahead._compile_quietly((1,), swiglu=True)  # a pair compiled ahead: not counted
         hook = triton.knobs.runtime.jit_post_compile_hook
         jit = types.SimpleNamespace(arg_names=["a_ptr", "M", "BLOCK"])
         at_call = types.SimpleNamespace(module=ours.module, name="k", jit_function=jit)
@@ -279,8 +285,9 @@ def test_models_routing_clock_counts_the_ops_first_calls_and_their_compiles(monk
     # which pairs parameters with characters of the cache key); the other compiles passed none.
     described = "k[warps=4, stages=3] constants={'BLOCK': 64, 'M': 1} attrs={'a_ptr': [['tt.divisibility', 16]]}"
     nothing = "?[warps=None, stages=None] constants={} attrs={}"
-    assert spent["specializations"] == {"at_calls": [described], "ahead": [nothing, nothing]}
-    assert seen == ["inductor_mm_plugin.kernels.matmul"] * 3 + ["user.kernels"]  # the earlier hook still ran
+    assert spent["specializations"] == {"at_calls": [described], "ahead": [nothing] * 4}
+    assert spent["kernel_compiles"] == 2  # the matmul's and the pair's compiled ahead
+    assert seen == ["inductor_mm_plugin.kernels.matmul"] * 5 + ["user.kernels"]  # the earlier hook still ran
     assert triton.knobs.runtime.jit_post_compile_hook is before
 
 
