@@ -51,6 +51,7 @@ import torch
 REGION = 4096
 # Counters per reserve chunk, from which captured launches take their own.
 RESERVE_CHUNK = 1 << 16
+_PER_16_BYTES = 4  # int32 counters
 
 _lock = threading.Lock()
 _by_stream: dict[tuple[str, int, int], torch.Tensor] = {}
@@ -76,7 +77,9 @@ def counters(device: torch.device, tiles: int, stream: int = 0) -> torch.Tensor:
                 # Nothing zeroed outside the graph to take from: the graph zeroes its own.
                 return fresh_counters(device, tiles)
             start = chunk[1]
-            chunk[1] += tiles
+            # Whole 16-byte groups: Triton specializes a pointer on 16-byte alignment, so an
+            # unaligned slice would compile the kernel again, inside the capture.
+            chunk[1] += -(-tiles // _PER_16_BYTES) * _PER_16_BYTES
             return chunk[0][start : start + tiles]
     key = (*dev, stream)
     region = _by_stream.get(key)
