@@ -461,3 +461,32 @@ def test_kernel_key_is_tritons_own_key_for_the_plan():
     assert len({key for key, _ in calls}) > 10  # many kernels among them
     for (key1, triton1), (key2, triton2) in itertools.combinations(calls, 2):
         assert (key1 == key2) == (triton1 == triton2), (triton1, triton2)
+
+
+@pytest.mark.parametrize("M,N,K,batch", [(64, 48, 1, None), (1, 48, 32, None), (40, 1, 32, None), (1, 1, 16, None),
+                                         (64, 16, 1, 4), (1, 24, 32, 3)])  # fmt: skip
+def test_size_one_dims_plan_alike_whatever_their_strides(M, N, K, batch):
+    """A size-1 dimension's stride addresses nothing, and Dynamo's fake tensors and Inductor's
+    buffers disagree on it (decode's rotary product): calls that differ only there plan one
+    kernel (its key, Triton's specialization), and give the same bits."""
+    dt = torch.float32
+    lead = () if batch is None else (batch,)
+
+    def laid_out(t, odd):
+        # The same values, each size-1 dimension's stride replaced by an odd number.
+        strides = [37 if odd and size == 1 else s for size, s in zip(t.shape, t.stride())]
+        return torch.as_strided(t.clone(), t.shape, t.stride()).as_strided(t.shape, strides) if odd else t
+
+    a, b = randn(*lead, M, K, dtype=dt), randn(*lead, K, N, dtype=dt)
+    results, keys = [], []
+    for odd in (False, True):
+        a_, b_ = laid_out(a, odd), laid_out(b, odd)
+        assert torch.equal(a_, a) and torch.equal(b_, b)
+        out = poisoned(*lead, M, N, dtype=dt)
+        out_ = laid_out(out, odd)
+        plan = runtime.launch(a_, b_, out_)
+        keys.append(plan.kernel_key(a_, b_, out_, None))
+        results.append(out_.clone())
+    assert keys[0] == keys[1]
+    assert torch.equal(results[0], results[1])
+    assert_matmul_close(results[0], a, b)

@@ -44,6 +44,7 @@ from .layout import (
     bias_mode,
     input_precision,
     problem,
+    settled,
     tf32_a_from_registers,
     tf32_enabled,
     tma_layout,
@@ -130,6 +131,7 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
         # One matrix: 2-D views, which the TMA kernel can take.
         a, b, out = a[0], b[0], out[0]
         bias = None if bias is None else bias[0]
+    a, b, out = settled(a), settled(b), settled(out)
     has_bias = bias is not None and beta != 0
     autotune = _AUTOTUNE if autotune is None else autotune
     key = (

@@ -125,6 +125,30 @@ def tma_layout(a, b, out) -> TmaLayout | None:
     return TmaLayout(ta[0], ta[1], tb[0], tb[1], c_tma, tc[1] if c_tma else out.stride(-2))
 
 
+def settled(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with the stride of each size-1 matrix dimension set from the other one: a column
+    (N, 1) as column-major (1, N) spaced, a row (1, N) as row-major, a 1 x 1 as (1, 1). Such
+    a stride addresses nothing, and the two sides of a compile disagree on it: Dynamo's fake
+    tensors and Inductor's buffers (decode's rotary product, 16 x 64 x 1 @ 16 x 1 x 1). Planned
+    from one and called with the other, the kernel compiled again at the call, since Triton
+    specializes an integer on being 1 or a multiple of 16; settled, both plan alike."""
+    if t.dim() < 2:
+        return t
+    rows, cols = t.shape[-2:]
+    sr, sc = t.stride()[-2:]
+    if rows != 1 and cols != 1:
+        return t
+    if rows == 1 and cols == 1:
+        new = (1, 1)
+    elif cols == 1:
+        new = (sr, sr * rows)
+    else:
+        new = (sc * cols, sc)
+    if new == (sr, sc):
+        return t
+    return t.as_strided(t.shape, (*t.stride()[:-2], *new), t.storage_offset())
+
+
 def unaligned_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool] | None:
     """Which of a single matrix product's operands TMA cannot read in place, when an aligned
     copy of them (``aligned``) would let the TMA kernel take the call: (copy A, copy B), or

@@ -21,7 +21,7 @@ from ..kernels.matmul import _matmul_kernel
 from ..kernels.matmul_tma import _matmul_kernel_tma
 from . import direct, split_k
 from .device import device_guard, raw_stream
-from .layout import TmaLayout, aligned, pointer_hints
+from .layout import TmaLayout, aligned, pointer_hints, settled
 
 
 def load(compiled) -> None:
@@ -111,6 +111,7 @@ class Plan:
 
     def _bind(self, a, b, out, bias) -> None:
         """The per-plan arguments and constexprs, in signature order (first call only)."""
+        a, b, out = settled(a), settled(b), settled(out)  # as launch planned them
         p, cfg = self.problem, self.cfg
         bsm, bsn = bias.stride()[-2:] if self.flags.has_bias else (0, 0)
         if cfg.kernel == "tma":
