@@ -183,13 +183,14 @@ def profile_rounds(steps: dict[str, Callable], rounds: int = 3) -> dict[str, lis
     """Each arm's step profiled once a round, in an order reversed every round, as the timings'
     interleaved rounds: the GPU's clock drifts between two profiles taken one after the other
     by more than a routed site's margin (llama-train's backward down_proj on the H100 at
-    bc8900d: 37.6 us against stock's 37.5, one profile each). Rounds with no GPU time are
-    left out, so an arm's list may be empty (the CPU)."""
+    bc8900d: 37.6 us against stock's 37.5, one profile each). A round where any arm recorded
+    no GPU time is left out for every arm, so that the lists stay paired by round; they are
+    empty where the profiler sees no GPU (the CPU)."""
     order, out = list(steps), {arm: [] for arm in steps}
     for r in range(rounds):
-        for arm in order if r % 2 == 0 else order[::-1]:
-            profile = profile_step(steps[arm])
-            if profile is not None:
+        seen = {arm: profile_step(steps[arm]) for arm in (order if r % 2 == 0 else order[::-1])}
+        if all(profile is not None for profile in seen.values()):
+            for arm, profile in seen.items():
                 out[arm].append(profile)
     return out
 
