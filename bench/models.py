@@ -62,7 +62,8 @@ model, workload, arm, ms, first_compile_s, compile_s, compile_s_rounds, warm_com
 warm_compile_ratio, rounds, err, speedup, ratio_spread, routed_sites, sites, cudagraphs, shape
 (batch/tokens/layers), routing (``_compiling.routing_clock``: decide_s, precompile_s, the kernels
 compiled ahead, the ops' first calls ``op_calls_s`` and the kernels compiled there
-``call_compiles``), sites_right, and ``cold_phases_s``/``warm_phases_s`` (the compile rounds'
+``call_compiles``), sites_right, sites_wrong, site_ratios (each checked site's compile-time
+timing beside its ratio in the model), and ``cold_phases_s``/``warm_phases_s`` (the compile rounds'
 median seconds per Dynamo/Inductor phase, which nest, ``after_compile_s`` beyond Dynamo's
 compiling, and the routing clock; printed as the plugin arm's largest gaps over stock's). Times
 are estimates (about 30 s of compiling per arm
@@ -252,25 +253,35 @@ def site_check(records, plugin_profiles, stock_profiles) -> dict:
     median over interleaved rounds of the per-round ratio (``profile_rounds``, ``site_paid``).
     ``sites_right``: the fraction right of the routed sites the profiles can see (None: none
     routed or none seen); ``sites_wrong``: the sites whose kernels were slower than stock's;
-    ``sites_unseen``: routed sites with no attributable kernel (templates, fused SwiGLU)."""
+    ``sites_unseen``: routed sites with no attributable kernel (templates, fused SwiGLU);
+    ``site_ratios``: each seen site's compile-time timing (median and rounds, where it was
+    timed) beside its ratio in the model, to calibrate the routing rule against."""
     routed = [r for r in records if r.routed]
     if not plugin_profiles or not stock_profiles:
-        return dict(sites_right=None, sites_wrong=[], sites_unseen=len(routed))
-    right, wrong, unseen = 0, [], 0
+        return dict(sites_right=None, sites_wrong=[], sites_unseen=len(routed), site_ratios=[])
+    right, wrong, unseen, ratios = 0, [], 0, []
     for r in routed:
         key = site_key(r.site.op, r.site.shapes)
         paid = site_paid(stock_profiles, plugin_profiles, key) if key else None
         if paid is None:
             unseen += 1
-        elif paid.ratio >= 1.0:
+            continue
+        name = (f"{r.site.phase} {r.site.module or '<root>'} {r.site.op} "
+                f"{'x'.join(map(str, key[1]))}@{'x'.join(map(str, key[2]))}")  # fmt: skip
+        timed = r.measured
+        ratios.append(dict(site=name, timed=round(timed.ratio, 3) if timed else None,
+                           timed_rounds=[round(x, 3) for x in timed.ratios] if timed else None,
+                           in_model=round(paid.ratio, 3)))  # fmt: skip
+        if paid.ratio >= 1.0:
             right += 1
         else:
-            wrong.append(f"{r.site.phase} {r.site.module or '<root>'} {r.site.op} "
-                         f"{'x'.join(map(str, key[1]))}@{'x'.join(map(str, key[2]))} "
-                         f"({paid.plugin_median_us:.1f} us against {paid.stock_median_us:.1f}, "
-                         f"{paid.ratio:.3f}x over {len(paid.plugin_us)} rounds)")  # fmt: skip
+            wrong.append(f"{name} ({paid.plugin_median_us:.1f} us against {paid.stock_median_us:.1f}, "
+                         f"{paid.ratio:.3f}x over {len(paid.plugin_us)} rounds"
+                         + (f"; timed at compile {timed.ratio:.3f}x, {min(timed.ratios):.3f}-{max(timed.ratios):.3f}"
+                            if timed else "") + ")")  # fmt: skip
     seen = right + len(wrong)
-    return dict(sites_right=right / seen if seen else None, sites_wrong=wrong, sites_unseen=unseen)
+    return dict(sites_right=right / seen if seen else None, sites_wrong=wrong, sites_unseen=unseen,
+                site_ratios=ratios)  # fmt: skip
 
 
 def bench_model(name: str, arms: list[str], device: str, tiny: bool, n_rounds: int, order_flip: bool,

@@ -375,7 +375,7 @@ def test_models_site_check_reads_the_profiles_of_both_arms():
 
     def record(op, shapes, routed=True, module="layers.0.up"):
         site = types.SimpleNamespace(op=op, shapes=shapes, phase="forward", module=module)
-        return types.SimpleNamespace(site=site, routed=routed)
+        return types.SimpleNamespace(site=site, routed=routed, measured=None)
 
     fast, slow, unseen, kept = (record("mm", ((64, 32), (32, 16))), record("addmm", ((16,), (64, 32), (32, 48))),
                                 record("mm", ((8, 8), (8, 8))), record("mm", ((4, 4), (4, 4)), routed=False))  # fmt: skip
@@ -385,7 +385,17 @@ def test_models_site_check_reads_the_profiles_of_both_arms():
     got = models.site_check([fast, slow, unseen, kept], [plugin], [stock])
     assert got["sites_right"] == 0.5 and got["sites_unseen"] == 1
     assert got["sites_wrong"] == ["forward layers.0.up addmm 64x32@32x48 (30.0 us against 20.0, 0.667x over 1 rounds)"]
-    assert models.site_check([fast, kept], [], [stock]) == dict(sites_right=None, sites_wrong=[], sites_unseen=1)
+    assert [(r["site"], r["timed"], r["in_model"]) for r in got["site_ratios"]] == [
+        ("forward layers.0.up mm 64x32@32x16", None, 1.2), ("forward layers.0.up addmm 64x32@32x48", None, 0.667)]
+    assert models.site_check([fast, kept], [], [stock]) == dict(sites_right=None, sites_wrong=[], sites_unseen=1,
+                                                                site_ratios=[])  # fmt: skip
+    # A site timed at compile: its timing stands beside its ratio in the model.
+    from inductor_mm_plugin.inductor.measure import Measurement
+
+    timed = types.SimpleNamespace(site=slow.site, routed=True, measured=Measurement(10.0, 10.3, (1.03, 1.01, 1.05), True))
+    got = models.site_check([timed], [plugin], [stock])
+    assert got["site_ratios"][0]["timed"] == 1.03 and got["site_ratios"][0]["timed_rounds"] == [1.03, 1.01, 1.05]
+    assert got["sites_wrong"][0].endswith("0.667x over 1 rounds; timed at compile 1.030x, 1.010-1.050)")
     # A shape that unrouted sites share: the routed call meets stock's own call of it, not the mean.
     shared = record("mm", ((64, 32), (32, 16)), module="layers.0.down")
     plugin = Profile({("plugin", k_fast): Kernels(9.0, 1), ("aten", k_fast): Kernels(10.0, 2)}, 100.0)
