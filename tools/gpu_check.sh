@@ -13,7 +13,8 @@
 #   --timeout S      seconds per benchmark (default 540) and for pytest (default 900)
 #   --parallel       with two or more GPUs: the tests on GPU 0 while the benchmarks run on GPU 1
 #   --shards N       the tests as N pytest processes side by side, the test files dealt out by
-#                    their measured seconds (the GPU suite is compile-bound: 16 cores, one GPU); pytest-<i>.txt each
+#                    their measured seconds (the GPU suite is compile-bound: 16 cores, one GPU); their logs
+#                    one after another in pytest-shards.txt
 #
 # Results: each benchmark appends its JSONL rows to DIR/results/<name>.jsonl (a fresh file per
 # run; append them to bench/results/ in the repository to keep them) and its output to
@@ -85,12 +86,11 @@ run_tests() {
   [ "$RUN_TESTS" = 1 ] || return 0
   [ "$SHARDS" -gt 1 ] || { pytest_to "$OUT/pytest.txt"; return; }
   # Longest files first, each to the shard with the fewest seconds so far: the GPU seconds
-  # measured for the slow files (H200, 395c7bb, --shards 6: the shard holding test_export and
-  # test_cache took 433 s, the others 20-173 s), else about 0.5 s per KiB of test file.
-  # test_transformers' 80 and test_predict's 30 are estimates: each gained compiles since.
+  # measured for the slow files, each alone in its shard (H100, 151daa3, --shards 8: 190 s in
+  # all), else about 0.5 s per KiB of test file. test_predict's 30 is an estimate.
   mapfile -t shards < <($PY - "$SHARDS" <<'PY'
 import pathlib, sys
-SLOW = {"test_export.py": 220, "test_cache.py": 195, "test_distributed.py": 85, "test_transformers.py": 80,
+SLOW = {"test_export.py": 188, "test_cache.py": 169, "test_distributed.py": 75, "test_transformers.py": 67,
         "test_predict.py": 30}
 n = int(sys.argv[1])
 seconds = {f: SLOW.get(f.name, f.stat().st_size / 2048) for f in pathlib.Path("tests").glob("test_*.py")}
@@ -111,6 +111,11 @@ PY
   done
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
   cat "$OUT"/pytest-*.txt | grep -E "passed|failed|skipped|error|^FAILED|^ERROR|pytest exit" >"$OUT/pytest.txt"
+  # One file for all the shards' logs: some runners bring back only a handful of files.
+  for i in "${!shards[@]}"; do
+    echo "=== shard $i: ${shards[$i]}"; cat "$OUT/pytest-$i.txt"
+  done >"$OUT/pytest-shards.txt"
+  rm -f "$OUT"/pytest-[0-9]*.txt
   return $rc
 }
 
