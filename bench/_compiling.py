@@ -92,14 +92,16 @@ def routing_clock():
     first_calls_s, precompile_s, sites, timed (sites measured), precompiled (kernels compiled ahead),
     behind (routed sites whose kernels compile in the background, ``measure.compile_routed``),
     predicted (sites predicted at the backend's entry and compiled behind, ``measure.compile_predicted``);
-    and each kernel compiled ahead, a SwiGLU pair's included, in whichever thread (``kernel_compiles``, the longest
-    ``kernel_compile_max_s`` and their sum ``kernel_compile_sum_s``: a precompile_s near the
-    sum says the threads took turns, near the longest that they ran side by side); and what
-    the model's own calls of the plugin's ops paid (``op_calls_s``, main thread, outside the
-    timing) and how many of its kernels Triton compiled there rather than ahead
-    (``call_compiles``: a kernel compiled ahead under another specialization compiles again
-    at its first call; a SwiGLU pair's timing, ``decide_swiglu``, counts as a site's). Warm, llama-decode's plugin compile spent 0.8-1.2 s more than stock's
-    after Dynamo's compile (de14967): these two say whether the ops' first calls took it."""
+    and each kernel compiled ahead, a SwiGLU pair's included, in whichever thread
+    (``kernel_compiles``, the longest ``kernel_compile_max_s`` and their sum
+    ``kernel_compile_sum_s``: a precompile_s near the sum says the threads took turns, near
+    the longest that they ran side by side); and what the model's own calls of the plugin's
+    ops paid (``op_calls_s``, main thread, outside the timing) and how many of its kernels
+    Triton compiled there rather than ahead (``call_compiles``: a kernel compiled ahead under
+    another specialization compiles again at its first call; a SwiGLU pair's timing,
+    ``decide_swiglu``, counts as a site's). Warm, llama-decode's plugin compile spent 0.8-1.2 s
+    more than stock's after Dynamo's compile (de14967): these two say whether the ops' first
+    calls took it."""
     from inductor_mm_plugin.inductor import measure
 
     spent = {"decide_s": 0.0, "first_calls_s": 0.0, "precompile_s": 0.0, "sites": 0, "timed": 0, "precompiled": 0,
@@ -114,10 +116,10 @@ def routing_clock():
     launch_module = importlib.import_module("inductor_mm_plugin.runtime.launch")
 
     compile_call, compile_swiglu, compiles = ahead._compile_call, ahead.compile_swiglu, []
-    # Triton's repr of each plugin kernel compiled (name, options, each argument's type and
-    # specialization): at the model's calls, and ahead or while timing. A kernel compiled
-    # ahead under one specialization compiles again at its first call under another; the two
-    # lists side by side say which argument differed. Kept out of ``spent`` (numbers only).
+    # Each plugin kernel compiled, as Triton specialized it (``_described``): at the model's
+    # calls, and ahead or while timing. A kernel compiled ahead under one specialization
+    # compiles again at its first call under another; the two lists side by side say which
+    # argument differed. The one entry of ``spent`` that is no number: its readers skip it.
     specializations = spent["specializations"] = {"at_calls": [], "ahead": []}
     matmul = launch_module._matmul
     inside = threading.local()  # .ahead / .deciding: this thread compiles ahead / times sites
