@@ -37,6 +37,7 @@ RESULTS = REPO / "bench" / "results"
 if str(REPO) not in sys.path:  # the package of this tree, installed or not
     sys.path.insert(1, str(REPO))
 from inductor_mm_plugin.runtime import benchmarking  # noqa: E402  (after the path above)
+from inductor_mm_plugin.runtime.benchmarking import geomean, median, ratios  # noqa: E402,F401  (re-exported)
 L2_BYTES = 60 * 2**20  # H200: 60 MB of L2 (torch.cuda.get_device_properties reads 60 MiB there)
 
 
@@ -51,19 +52,6 @@ def rounds(fns: dict[str, Callable], time_one: Callable[[Callable], float], n: i
     round; ``mirrored``: each round's order and then its reverse (``benchmarking.interleaved``)."""
     return benchmarking.interleaved({name: (lambda fn=fn: time_one(fn)) for name, fn in fns.items()}, n,
                                     mirrored=mirrored)  # fmt: skip
-
-
-def ratios(times: dict[str, list[float]], base: str, other: str) -> list[float]:
-    """Per round: ``base``'s time over ``other``'s (above 1: ``other`` is faster)."""
-    return benchmarking.ratios(times, base, other)
-
-
-def median(xs: list[float]) -> float:
-    return benchmarking.median(xs)
-
-
-def geomean(xs) -> float:
-    return benchmarking.geomean(xs)
 
 
 def percentile(xs, q: float) -> float:
