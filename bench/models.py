@@ -96,7 +96,7 @@ from _compiling import (
     timed_compiles, warm_up_compilers,
 )  # fmt: skip
 from _timing import (
-    GraphTimer, add_common_args, append_jsonl, frames_compiled, geomean, header, median, ratios,
+    GraphTimer, add_common_args, append_jsonl, benchmarking, frames_compiled, geomean, header, median, ratios,
     require_cuda, rounds, run_meta, spread,
 )  # fmt: skip
 
@@ -378,14 +378,8 @@ def _events_ms(step, device: str, reps: int = 3) -> float:
         for _ in range(reps):
             step()
         return (time.perf_counter() - t0) * 1e3 / reps
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     step()
-    start.record()
-    for _ in range(reps):
-        step()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
+    return benchmarking.elapsed_us(lambda: [step() for _ in range(reps)]) / 1e3 / reps
 
 
 # ---------------------------------------------------------------------------- report
