@@ -379,7 +379,7 @@ def _events_ms(step, device: str, reps: int = 3) -> float:
             step()
         return (time.perf_counter() - t0) * 1e3 / reps
     step()
-    return benchmarking.elapsed_us(lambda: [step() for _ in range(reps)]) / 1e3 / reps
+    return benchmarking.elapsed_us(benchmarking.cycle([step], reps)) / 1e3 / reps
 
 
 # ---------------------------------------------------------------------------- report
