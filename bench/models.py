@@ -22,9 +22,8 @@ Arms, in one process: ``stock`` (``torch.compile`` default), ``plugin`` (backend
 compile takes minutes, so ask for them on one or two models).
 ``plugin_unfused`` (by name) is the plugin with ``fuse_swiglu=False``: the default before it
 timed SwiGLU pairs as one site (``--arms stock plugin plugin_unfused``).
-``stock_again`` (by name) is a control: stock compiled a second time under a backend of its own
-(``compile_fx``; in the cache dir the arms share, a cache hit on stock's code), so its speedup
-over ``stock`` reads the timing's noise alone; it has no compile rounds.
+``stock_again`` (by name) is a control: stock's code compiled again under a backend of its own
+(``compile_fx``), so its speedup over ``stock`` reads the timing's noise alone.
 
 Method. Per model, ``torch._dynamo.reset()``; then each arm compiles the model it is timed
 with (the arms' compile order alternates between models, and a throwaway compile of a small
@@ -57,22 +56,12 @@ median over rounds of stock ms / plugin ms (stock_max_autotune / plugin_max_auto
 for the stock arms. The routing pass's sites are recorded while the plugin arms compile
 (``inductor.records.record_sites()``).
 
-Rows append to ``<out>/models.jsonl``, one per (model, arm): date, commit, gpu, torch, triton,
-model, workload, arm, ms, first_compile_s, compile_s, compile_s_rounds, warm_compile_s(_rounds), compile_ratio,
-warm_compile_ratio, rounds, err, speedup, ratio_spread, routed_sites, sites, cudagraphs, shape
-(batch/tokens/layers), routing (``_compiling.routing_clock``: decide_s, precompile_s, the kernels
-compiled ahead, the ops' first calls ``op_calls_s`` and the kernels compiled there
-``call_compiles``), sites_right, sites_wrong, site_ratios (each checked site's compile-time
-timing beside its ratio in the model), and ``cold_phases_s``/``warm_phases_s`` (the compile rounds'
-median seconds per Dynamo/Inductor phase, which nest, ``after_compile_s`` beyond Dynamo's
-compiling, and the routing clock; printed as the plugin arm's largest gaps over stock's). Times
-are estimates (about 30 s of compiling per arm
-and model, a minute for the training step's two graphs); ``--budget-s`` (default 420) starts
-no model after that many seconds, so one device call (10 minutes) ends with its rows written.
-Prints a table with the targets beside (``TARGETS``: plugin >= 0.995x stock on every model,
-geomean >= 1.05x; plugin_max_autotune >= 0.99x stock_max_autotune; plugin compile <= 1.3x
-stock's cold, <= 1.1x warm; routing right on >= 95% of routed sites; error within 1.1x of
-stock's).
+Rows append to ``<out>/models.jsonl``, one per (model, arm), with the fields above and:
+routed_sites, sites, cudagraphs, shape, ``routing`` (``_compiling.routing_clock``), and
+``cold_phases_s``/``warm_phases_s`` (median seconds per Dynamo/Inductor phase). Compiling
+takes about 30 s per arm and model (a minute for the training step); ``--budget-s`` (default
+420) starts no model after that many seconds, so one device call ends with its rows written.
+Prints a table with ``TARGETS`` beside.
 """
 
 from __future__ import annotations
