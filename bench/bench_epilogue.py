@@ -2,6 +2,7 @@
 
     python bench/bench_epilogue.py                      # suite + transformer block, default mode
     python bench/bench_epilogue.py --max-autotune       # also stock max-autotune (slow to compile)
+    python bench/bench_epilogue.py --floors --no-block  # also issue 32's floors (Linear+GELU/SiLU)
 
 Blocks (bf16): Linear+GELU, Linear+SiLU, a SwiGLU MLP (down(silu(gate(x)) * up(x))) and
 Linear + residual, at tokens M in {2048, 8192} and (hidden, ffn) in {(4096, 14336),
@@ -13,7 +14,7 @@ the arms are timed in ``--rounds`` rounds, the order reversed each round (``_tim
 speedup = stock time / plugin time within a round, the median over rounds. Appends one JSONL
 row per block to ``<out>/epilogue.jsonl`` (date, commit, gpu, torch, triton, block, M, hidden,
 ffn, K, stock_ms, plugin_ms, speedup, speedup_rounds, rel_err, the compile times, and the
-max-autotune fields with ``--max-autotune``) and prints the markdown table (``--md FILE``
+max-autotune fields with ``--max-autotune``; with ``--floors``, ``floor_fields``) and prints the markdown table (``--md FILE``
 writes it too).
 """
 
@@ -41,9 +42,9 @@ WIDTHS = ((4096, 14336), (2048, 8192), (1024, 4096))
 
 
 class LinearAct(nn.Module):
-    def __init__(self, d, f, act):
+    def __init__(self, d, f, act, device="cuda"):
         super().__init__()
-        self.lin, self.act = nn.Linear(d, f, device="cuda", dtype=DT), act
+        self.lin, self.act = nn.Linear(d, f, device=device, dtype=DT), act
 
     def forward(self, x):
         return self.act(self.lin(x))
@@ -84,35 +85,30 @@ def init_(model):
     return model
 
 
-def compile_arm(model, x, **compile_kwargs):
-    t0 = time.perf_counter()
-    compiled = torch.compile(model, **compile_kwargs)
-    out = compiled(x)
-    torch.cuda.synchronize()
-    return compiled, out, time.perf_counter() - t0
-
-
 def relative_error(out, ref) -> float:
     return ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
 
 
-def time_arms(name, model, x, arms: dict[str, dict], n_rounds=3, max_err=3e-2):
-    """Compile ``model`` once per arm (``torch.compile`` keyword arguments), check each arm
-    against eager, then time them in rounds (``_timing.rounds``); returns (times per arm,
-    compile seconds per arm, relative error per arm). The same code object compiled by several
-    backends keeps one Dynamo cache entry per backend, so the arms alternate without
-    recompiling (checked)."""
+def time_arms(name, x, arms: dict[str, tuple], n_rounds=3, max_err=3e-2):
+    """Each arm is ``(fn, reference)``: ``fn(x)`` compiles at its first call (a
+    ``torch.compile``d module) or runs eagerly, and must match the eager ``reference(x)``.
+    Call each once (timed as its compile), check it, then time the arms in rounds
+    (``_timing.rounds``); returns (times per arm, compile seconds per arm, relative error per
+    arm). The same code object compiled by several backends keeps one Dynamo cache entry per
+    backend, so the arms alternate without recompiling (checked)."""
     with torch.no_grad():
         torch._dynamo.reset()
-        ref = model(x)
-        compiled, compile_s, err = {}, {}, {}
-        for arm, kwargs in arms.items():
-            compiled[arm], out, compile_s[arm] = compile_arm(model, x, **kwargs)
-            err[arm] = relative_error(out, ref)
+        compile_s, err = {}, {}
+        for arm, (fn, reference) in arms.items():
+            t0 = time.perf_counter()
+            out = fn(x)
+            torch.cuda.synchronize()
+            compile_s[arm] = time.perf_counter() - t0
+            err[arm] = relative_error(out, reference(x))
             assert err[arm] < max_err, f"{name}: arm {arm} differs from eager by {err[arm]:.2e} (relative)"
             del out
         frames = frames_compiled()
-        timers = {arm: GraphTimer(lambda c=c: c(x), target_ms=10.0) for arm, c in compiled.items()}
+        timers = {arm: GraphTimer(lambda fn=fn: fn(x), target_ms=10.0) for arm, (fn, _) in arms.items()}
         rounds(timers, lambda timer: timer(replays=5), 1, mirrored=True)  # the GPU warmed first (discarded)
         times = rounds(timers, lambda timer: timer(replays=5), n_rounds, mirrored=True)
         if frames_compiled() != frames:
@@ -120,12 +116,58 @@ def time_arms(name, model, x, arms: dict[str, dict], n_rounds=3, max_err=3e-2):
     return times, compile_s, err
 
 
-def bench_block(name, model, x, max_autotune, n_rounds=3):
-    """The plugin backend against stock (and stock max-autotune): one row."""
-    arms = {"plugin": dict(backend=plugin_backend()), "stock": {}}
+# Issue 32's floors, for a Linear+activation block: the same Linear without its activation,
+# by cuBLAS and by the plugin (its extern kernel: ``compete=False`` routes a site with no
+# epilogue there); the block with its activation fused into the plugin's template (where
+# ``compete=False`` routes a site with one); and cuBLASLt's own bias+GELU epilogue
+# (``torch._addmm_activation``, tanh GELU), the bar the issue sets.
+FORCED = dict(select="all", compete=False)
+
+
+def floor_arms(model, plugin) -> dict[str, tuple]:
+    lin = model.lin
+
+    def act_tanh(y):
+        return F.gelu(y, approximate="tanh")
+
+    arms = {
+        "fused": (torch.compile(model, backend=plugin, options=FORCED), model),
+        "bare_plugin": (torch.compile(lin, backend=plugin, options=FORCED), lin),
+        "bare_cublas": (lin, lin),
+    }
+    if model.act is F.gelu:
+        arms["cublaslt_gelu"] = (lambda x: torch._addmm_activation(lin.bias, x, lin.weight.t(), use_gelu=True),
+                                 lambda x: act_tanh(lin(x)))  # fmt: skip
+    return arms
+
+
+def floor_fields(times: dict[str, list[float]]) -> dict:
+    """The floors' row fields from the rounds' times: each floor arm's ms, and per round (median
+    over rounds) the fused block's cost over the plugin's bare Linear (the issue's bar: at most
+    1.05), the plugin's bare Linear against cuBLAS's (speedup), the fused block against stock's
+    block and cuBLASLt's bias+GELU (speedups), and cuBLASLt's cost over cuBLAS's bare Linear."""
+    row = {f"{arm}_ms": median(times[arm]) for arm in ("fused", "bare_plugin", "bare_cublas", "cublaslt_gelu")
+           if arm in times}  # fmt: skip
+    row["fused_over_bare"] = median(ratios(times, "fused", "bare_plugin"))
+    row["fused_over_bare_rounds"] = ratios(times, "fused", "bare_plugin")
+    row["bare_plugin_vs_cublas"] = median(ratios(times, "bare_cublas", "bare_plugin"))
+    row["fused_vs_stock"] = median(ratios(times, "stock", "fused"))
+    if "cublaslt_gelu" in times:
+        row["cublaslt_over_bare"] = median(ratios(times, "cublaslt_gelu", "bare_cublas"))
+        row["fused_vs_cublaslt"] = median(ratios(times, "cublaslt_gelu", "fused"))
+    return row
+
+
+def bench_block(name, model, x, max_autotune, n_rounds=3, floors=False):
+    """The plugin backend against stock (and stock max-autotune; and with ``floors``, issue
+    32's floors for a Linear+activation block): one row."""
+    plugin = plugin_backend()
+    arms = {"plugin": (torch.compile(model, backend=plugin), model), "stock": (torch.compile(model), model)}
     if max_autotune:
-        arms["max_autotune"] = dict(mode="max-autotune-no-cudagraphs")
-    times, compile_s, err = time_arms(name, model, x, arms, n_rounds)
+        arms["max_autotune"] = (torch.compile(model, mode="max-autotune-no-cudagraphs"), model)
+    if floors and isinstance(model, LinearAct):
+        arms.update(floor_arms(model, plugin))
+    times, compile_s, err = time_arms(name, x, arms, n_rounds)
     speedups = ratios(times, "stock", "plugin")
     row = {"block": name, "plugin_ms": median(times["plugin"]), "stock_ms": median(times["stock"]),
            "speedup": median(speedups), "speedup_rounds": speedups, "rel_err": err["plugin"],
@@ -135,6 +177,8 @@ def bench_block(name, model, x, max_autotune, n_rounds=3):
         row.update(max_autotune_ms=median(times["max_autotune"]),
                    speedup_vs_max_autotune=median(ratios(times, "max_autotune", "plugin")),
                    max_autotune_compile_s=compile_s["max_autotune"])  # fmt: skip
+    if "fused" in times:
+        row.update(floor_fields(times))
     return row
 
 
@@ -142,6 +186,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--max-autotune", action="store_true", help="also time stock max-autotune")
     p.add_argument("--no-block", action="store_true", help="skip the transformer block")
+    p.add_argument("--floors", action="store_true",
+                   help="Linear+GELU/SiLU blocks also time issue 32's floors: the bare Linear (cuBLAS, the plugin), the "
+                        "block fused into the plugin's template, cuBLASLt's bias+GELU")
     p.add_argument("--quick", action="store_true", help="M=8192 and (hidden, ffn) in {(4096, 14336), (1024, 4096)} only")
     p.add_argument("--tokens", nargs="*", type=int, default=list(TOKENS), choices=TOKENS,
                    help="the suite's token counts M to run (both by default)")
@@ -162,13 +209,14 @@ def main(argv=None):
         torch.manual_seed(0)
         model = init_(make())
         x = torch.randn(m, d, device="cuda", dtype=DT)
-        row = bench_block(name, model, x, args.max_autotune, args.rounds)
+        row = bench_block(name, model, x, args.max_autotune, args.rounds, args.floors)
         row.update(M=m, hidden=d, ffn=f, K=k, sm_clock=sm_clock())
         rows.append(row)
         append_jsonl(jsonl, [row], meta)  # after every row: a run cut short keeps what it measured
         mat = f"  max-autotune {row['max_autotune_ms']:.3f}" if "max_autotune_ms" in row else ""
+        fl = f"  fused/bare {row['fused_over_bare']:.3f}" if "fused_over_bare" in row else ""
         print(f"{name:16s} M={m:5d} d={d:5d} f={f:5d}  stock {row['stock_ms']:.3f} ms  plugin {row['plugin_ms']:.3f} ms"
-              f"  x{row['speedup']:.3f}{mat}", flush=True)  # fmt: skip
+              f"  x{row['speedup']:.3f}{mat}{fl}", flush=True)  # fmt: skip
         del model, x
 
     block = None
@@ -214,6 +262,24 @@ def to_markdown(args, meta, rows, block) -> str:
     part = "" if sorted(meta["tokens"]) == list(TOKENS) else f" (M = {', '.join(map(str, meta['tokens']))} only)"
     if len(meta["widths"]) < len(WIDTHS):
         part += f" (hidden x ffn = {', '.join(meta['widths'])} only)"
+    floored = [r for r in rows if "fused_over_bare" in r]
+    if floored:
+        md += ["", "Issue 32's floors (Linear+activation blocks; ratios per round, median): the block fused into the "
+                   "plugin's template over the plugin's bare Linear (bar: at most 1.05); cuBLASLt's bias+GELU over "
+                   "cuBLAS's bare Linear; speedups of the plugin's bare Linear over cuBLAS's, and of the fused block "
+                   "over stock's and over cuBLASLt's.", "",
+               "| block | M | hidden | ffn | bare cuBLAS ms | bare plugin ms | fused ms | cuBLASLt ms | fused / bare "
+               "| cuBLASLt / bare | bare plugin vs cuBLAS | fused vs stock | fused vs cuBLASLt |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in floored:
+            lt = (f"{r['cublaslt_gelu_ms']:.3f}", f"{r['cublaslt_over_bare']:.3f}", f"{r['fused_vs_cublaslt']:.3f}") \
+                if "cublaslt_gelu_ms" in r else ("-", "-", "-")  # fmt: skip
+            md.append(f"| {r['block']} | {r['M']} | {r['hidden']} | {r['ffn']} | {r['bare_cublas_ms']:.3f} | "
+                      f"{r['bare_plugin_ms']:.3f} | {r['fused_ms']:.3f} | {lt[0]} | {r['fused_over_bare']:.3f} "
+                      f"({spread(r['fused_over_bare_rounds'], '.3f')}) | {lt[1]} | {r['bare_plugin_vs_cublas']:.3f} | "
+                      f"{r['fused_vs_stock']:.3f} | {lt[2]} |")  # fmt: skip
+        over = [r for r in floored if r["fused_over_bare"] > 1.05]
+        md += ["", f"Fused over bare above 1.05 on {len(over)} of {len(floored)} blocks."]
     if rows:
         md += ["", f"Suite{part} geomean vs stock default: {summary['geomean_vs_stock']:.3f}; "
                    f"smallest speedup with K ≤ 2048: {summary['min_k_le_2048_vs_stock']:.3f}"

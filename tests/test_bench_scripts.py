@@ -495,3 +495,60 @@ def test_sweep_swiglu_candidates_fit_and_draws_are_timed_sizes():
     assert shapes == sweep_swiglu.drawn(50, seed=7) and shapes != sweep_swiglu.drawn(50, seed=8)
     assert all(SWIGLU_LOSES_UP_TO_M < M <= 16384 and d % 64 == 0 and f % 64 == 0 and 512 <= min(d, f)
                for M, d, f in shapes)  # fmt: skip
+
+
+def test_epilogue_floors_pair_each_round_and_report_the_bar():
+    """Issue 32's floors in bench_epilogue.py: ratios within each round, median over rounds;
+    the report counts the blocks above the 1.05 bar and marks a block without cuBLASLt's GELU."""
+    import argparse
+
+    import bench_epilogue
+
+    # Round 2 ran with the GPU's clock down (every arm slower): per-round pairing keeps it out.
+    times = {"stock": [1.30, 2.60, 1.31], "plugin": [1.20, 2.40, 1.21], "fused": [1.10, 2.30, 1.09],
+             "bare_plugin": [1.00, 2.00, 1.00], "bare_cublas": [0.95, 1.90, 0.96],
+             "cublaslt_gelu": [1.02, 2.04, 1.03]}  # fmt: skip
+    row = bench_epilogue.floor_fields(times)
+    assert row["fused_over_bare_rounds"] == pytest.approx([1.10, 1.15, 1.09])
+    assert row["fused_over_bare"] == pytest.approx(1.10)
+    assert row["bare_plugin_vs_cublas"] == pytest.approx(0.95)
+    assert row["cublaslt_over_bare"] == pytest.approx(1.02 / 0.95)
+    assert row["fused_vs_cublaslt"] == pytest.approx(1.02 / 1.10)
+    assert row["fused_vs_stock"] == pytest.approx(1.30 / 1.10) and row["fused_ms"] == 1.10
+    silu = bench_epilogue.floor_fields({k: v for k, v in times.items() if k != "cublaslt_gelu"})
+    assert "cublaslt_over_bare" not in silu and "cublaslt_gelu_ms" not in silu
+
+    base = dict(M=8192, hidden=1024, ffn=4096, K=1024, stock_ms=1.3, plugin_ms=1.2, speedup=1.08, speedup_rounds=None)
+    rows = [dict(base, block="Linear+GELU", **row), dict(base, block="Linear+SiLU", **{**silu, "fused_over_bare": 1.04}),
+            dict(base, block="SwiGLU MLP")]  # fmt: skip
+    args = argparse.Namespace(max_autotune=False)
+    meta = dict(date="d", gpu="g", torch="t", triton="tr", plugin="p", commit="c", rounds=3, sm_clock_start=0,
+                tokens=[2048, 8192], widths=["4096x14336", "2048x8192", "1024x4096"])  # fmt: skip
+    md = bench_epilogue.to_markdown(args, meta, rows, None)
+    assert "| Linear+GELU | 8192 | 1024 | 4096 | 0.960 | 1.000 | 1.100 | 1.030 | 1.100 (1.090–1.150) |" in md
+    assert "| Linear+SiLU | 8192 | 1024 | 4096 | 0.960 | 1.000 | 1.100 | - | 1.040" in md
+    assert "Fused over bare above 1.05 on 1 of 2 blocks." in md
+
+
+@pytest.mark.parametrize("act", ["gelu", "silu"])
+def test_epilogue_floor_arms_compute_what_they_are_checked_against(act):
+    """Each floor arm matches its own eager reference (cuBLASLt's GELU is the tanh one), run
+    here on the CPU: the bare and fused arms through the plugin backend, as on the GPU."""
+    import bench_epilogue
+    import torch.nn.functional as F
+    from integration_utils import count_calls, run_and_get_code
+
+    torch.manual_seed(0)
+    model = bench_epilogue.init_(bench_epilogue.LinearAct(32, 48, getattr(F, act), device="cpu"))
+    x = torch.randn(20, 32, dtype=bench_epilogue.DT)
+    arms = bench_epilogue.floor_arms(model, _timing.plugin_backend())
+    assert set(arms) == {"fused", "bare_plugin", "bare_cublas"} | ({"cublaslt_gelu"} if act == "gelu" else set())
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False):
+        for name, (fn, reference) in arms.items():
+            out, codes = run_and_get_code(fn, x) if name in ("fused", "bare_plugin") else (fn(x), None)
+            torch.testing.assert_close(out, reference(x), rtol=2e-2, atol=2e-2, msg=name)
+            if codes is not None:  # the forced arms run the plugin, never aten's matmul
+                assert count_calls(codes) == (1, 0), (name, count_calls(codes))
+    if act == "gelu":  # the tanh reference is not the erf one: the arm is checked against what it computes
+        with torch.no_grad():
+            assert not torch.equal(arms["cublaslt_gelu"][1](x), model(x))
