@@ -32,12 +32,11 @@ class PluginOptions:
              in its template with the epilogue fused.
     fuse_swiglu: whether ``silu(x @ w_gate) * (x @ w_up)`` from two routed matmuls whose
              results nothing else reads becomes one ``inductor_mm_plugin::mm_swiglu``, both
-             matmuls in one template kernel that writes only the product. "auto" (default):
-             where that template runs (CUDA, fp16/bf16, static shapes, TMA-readable operands),
-             and not under compete="auto", which routes measured extern kernels only.
-             "measured": as "auto", but under compete="auto" a pair is fused where the fused
-             kernel timed faster than stock's form (cuBLAS's two matmuls, then one pointwise
-             kernel for the product; measure.py), and runs that kernel. True: wherever the
+             matmuls in one kernel that writes only the product. "auto" (default): where
+             the fused kernel runs (CUDA, fp16/bf16, static shapes, TMA-readable operands);
+             under compete="auto" only where it also timed faster than stock's form (cuBLAS's
+             two matmuls, then one pointwise kernel for the product; measure.py), and that
+             kernel runs; under a plan, where the plan fused the pair. True: wherever the
              pattern appears. False: never.
     plan:    a routing plan file written by ``compare(..., write_plan=FILE)`` (plan_file.py):
              selected sites run the plugin's kernel exactly where the plan says it won in
