@@ -10,8 +10,9 @@ Suites: ``mm``: bench_mm.py's classes (``--classes``, default llm and skinny; ``
 default bf16; both layouts), the op of each version and torch.mm, plus the head's op a
 second time (``head_again``: an A/A pair, the noise floor of the same code in the same
 rounds). ``epilogue``: bench_epilogue.py's fused-epilogue blocks (``--quick``: its quick set)
-compiled by each version's backend (``--with-stock``: and stock Inductor), each checked
-against eager.
+compiled by each version's backend (``--with-stock``: and stock Inductor; ``--forced``: each
+backend with compete=False, so every site runs the template with its epilogue fused), each
+checked against eager.
 
 Two versions in one process. Both register ``torch.library`` ops, Inductor templates and
 lowerings under the name ``inductor_mm_plugin``, so a second import of the same package
@@ -175,12 +176,11 @@ def bench_mm_row(row, versions: dict, n_rounds: int) -> dict:
                 base_config=configs["base"], head_config=configs["head"])  # fmt: skip
 
 
-def bench_epilogue_rows(versions: dict, quick: bool, with_stock: bool, n_rounds: int, block: bool):
+def bench_epilogue_rows(versions: dict, quick: bool, with_stock: bool, n_rounds: int, block: bool,
+                        forced: bool = False):  # fmt: skip
     import bench_epilogue as ep
 
-    arms = {arm: dict(backend=_backend(pkg)) for arm, pkg in versions.items()}
-    if with_stock:
-        arms["stock"] = {}
+    arms = epilogue_arms(versions, with_stock, forced)
     blocks = list(ep.suite(quick))
     for name, m, d, f, k, make in blocks:
         torch.manual_seed(0)
@@ -196,8 +196,22 @@ def bench_epilogue_rows(versions: dict, quick: bool, with_stock: bool, n_rounds:
                             dict(M=16384, hidden=4096, ffn=14336, K=4096))  # fmt: skip
 
 
+def epilogue_arms(versions: dict, with_stock: bool, forced: bool) -> dict[str, dict]:
+    """Each arm's ``torch.compile`` keyword arguments: each version's backend (``forced``: with
+    compete=False, every site routed and its epilogue fused into the template), and stock."""
+    import bench_epilogue as ep
+
+    options = dict(options=ep.FORCED) if forced else {}
+    arms = {arm: dict(backend=_backend(pkg), **options) for arm, pkg in versions.items()}
+    if with_stock:
+        arms["stock"] = {}
+    return arms
+
+
 def _epilogue_row(ep, name, model, x, arms, n_rounds, shape):
-    times, compile_s, err = ep.time_arms(name, model, x, arms, n_rounds)
+    """One block's row: each arm (``torch.compile`` keyword arguments) compiles ``model``."""
+    compiled = {arm: (torch.compile(model, **kwargs), model) for arm, kwargs in arms.items()}
+    times, compile_s, err = ep.time_arms(name, x, compiled, n_rounds)
     rs = ratios(times, "base", "head")
     row = dict(suite="epilogue", block=name, **shape, base_ms=median(times["base"]), head_ms=median(times["head"]),
                ratio=median(rs), ratio_rounds=[round(r, 4) for r in rs], base_err=err["base"], head_err=err["head"],
@@ -234,6 +248,9 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="epilogue suite: bench_epilogue.py's --quick blocks")
     p.add_argument("--block", action="store_true", help="epilogue suite: also the transformer block")
     p.add_argument("--with-stock", action="store_true", help="epilogue suite: also stock Inductor")
+    p.add_argument("--forced", action="store_true",
+                   help="epilogue suite: both versions route every site, its epilogue fused into the template "
+                        "(compete=False), where the default times the extern kernels")
     add_common_args(p, "ab.jsonl", rounds=5, jobs=True)
     args = p.parse_args(argv)
     if args.export:
@@ -280,7 +297,7 @@ def main(argv=None):
                     print(f"mm {cls}/{layout}: {verdict(rs)}")
     if args.suite in ("epilogue", "all"):
         done = []
-        for r in bench_epilogue_rows(versions, args.quick, args.with_stock, args.rounds, args.block):
+        for r in bench_epilogue_rows(versions, args.quick, args.with_stock, args.rounds, args.block, args.forced):
             r = dict(r, **labels)
             done.append(r)
             append_jsonl(jsonl, [r], meta)

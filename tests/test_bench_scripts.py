@@ -552,3 +552,36 @@ def test_epilogue_floor_arms_compute_what_they_are_checked_against(act):
     if act == "gelu":  # the tanh reference is not the erf one: the arm is checked against what it computes
         with torch.no_grad():
             assert not torch.equal(arms["cublaslt_gelu"][1](x), model(x))
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_ab_epilogue_rows_hand_bench_epilogue_its_arms(monkeypatch, forced):
+    """ab.py's epilogue suite builds each version's arm as bench_epilogue.time_arms takes it
+    (a compiled module and its eager reference; ``--forced`` passes compete=False to each
+    backend), and its row pairs the two versions by round. time_arms itself needs CUDA, so it
+    is replaced by one that checks what it is given and runs each arm once on the CPU."""
+    import ab
+    import bench_epilogue
+    import torch.nn.functional as F
+
+    def fake_time_arms(name, x, arms, n_rounds=3, max_err=3e-2):
+        assert set(arms) == {"base", "head"}
+        with torch.no_grad():
+            for fn, reference in arms.values():
+                torch.testing.assert_close(fn(x), reference(x), rtol=2e-2, atol=2e-2)
+        times = {"base": [2.0, 4.0, 2.2], "head": [1.0, 2.0, 1.0]}
+        return times, {"base": 1.0, "head": 1.5}, {"base": 0.0, "head": 0.0}
+
+    seen = []
+    monkeypatch.setattr(bench_epilogue, "time_arms", fake_time_arms)
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: seen.append(kwargs) or model)
+    model = bench_epilogue.LinearAct(16, 24, F.gelu, device="cpu")
+    import inductor_mm_plugin
+
+    backends = ab.epilogue_arms({"base": inductor_mm_plugin, "head": inductor_mm_plugin}, False, forced)
+    assert all(kw["backend"] is ab._backend(inductor_mm_plugin) for kw in backends.values())
+    assert all(kw.get("options") == (bench_epilogue.FORCED if forced else None) for kw in backends.values())
+    row = ab._epilogue_row(bench_epilogue, "Linear+GELU", model, torch.randn(8, 16, dtype=bench_epilogue.DT),
+                           backends, 3, dict(M=8, hidden=16, ffn=24, K=16))  # fmt: skip
+    assert seen == list(backends.values())
+    assert row["ratio_rounds"] == [2.0, 2.0, 2.2] and row["ratio"] == 2.0 and row["head_compile_s"] == 1.5
