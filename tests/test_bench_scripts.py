@@ -585,3 +585,33 @@ def test_ab_epilogue_rows_hand_bench_epilogue_its_arms(monkeypatch, forced):
                            backends, 3, dict(M=8, hidden=16, ffn=24, K=16))  # fmt: skip
     assert seen == list(backends.values())
     assert row["ratio_rounds"] == [2.0, 2.0, 2.2] and row["ratio"] == 2.0 and row["head_compile_s"] == 1.5
+
+
+def test_epilogue_block_with_floors_runs_end_to_end_on_the_cpu(monkeypatch):
+    """bench_epilogue.bench_block with ``floors`` through every step but the GPU timer: each
+    arm compiled (the plugin backend, stock, and the forced floors) and checked against eager,
+    the rounds run, the row's fields filled. The timer stands in for CUDA graphs: it calls the
+    arm once and returns a time per arm, so the row's ratios are known."""
+    import bench_epilogue
+    import torch.nn.functional as F
+
+    ms = {"stock": 1.3, "plugin": 1.2, "fused": 1.1, "bare_plugin": 1.0, "bare_cublas": 0.9, "cublaslt_gelu": 0.95}
+    order = iter(["plugin", "stock", "fused", "bare_plugin", "bare_cublas", "cublaslt_gelu"])
+
+    class FakeTimer:
+        def __init__(self, fn, target_ms=2.0, most=500):
+            self.fn, self.arm = fn, next(order)  # built in the arms' order (bench_block's dict)
+
+        def __call__(self, replays=5):
+            self.fn()
+            return ms[self.arm]
+
+    monkeypatch.setattr(bench_epilogue, "GraphTimer", FakeTimer)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    torch.manual_seed(0)
+    model = bench_epilogue.init_(bench_epilogue.LinearAct(32, 48, F.gelu, device="cpu"))
+    row = bench_epilogue.bench_block("Linear+GELU", model, torch.randn(24, 32, dtype=bench_epilogue.DT), False,
+                                     n_rounds=2, floors=True)  # fmt: skip
+    assert row["speedup"] == pytest.approx(1.3 / 1.2) and row["fused_over_bare"] == pytest.approx(1.1)
+    assert row["bare_plugin_vs_cublas"] == pytest.approx(0.9) and row["cublaslt_over_bare"] == pytest.approx(0.95 / 0.9)
+    assert row["rel_err"] < 3e-2 and row["fused_ms"] == 1.1
