@@ -13,9 +13,9 @@ its replays), every arm on the same inputs, after checking each arm's output aga
 the arms are timed in ``--rounds`` rounds, the order reversed each round (``_timing.py``), and
 speedup = stock time / plugin time within a round, the median over rounds. Appends one JSONL
 row per block to ``<out>/epilogue.jsonl`` (date, commit, gpu, torch, triton, block, M, hidden,
-ffn, K, stock_ms, plugin_ms, speedup, speedup_rounds, rel_err, the compile times, and the
-max-autotune fields with ``--max-autotune``; with ``--floors``, ``floor_fields``) and prints the markdown table (``--md FILE``
-writes it too).
+ffn, K, stock_ms, plugin_ms, speedup, speedup_rounds, rel_err, the compile times, the
+max-autotune fields with ``--max-autotune`` and ``floor_fields``' with ``--floors``) and prints
+the markdown table (``--md FILE`` writes it too).
 """
 
 
@@ -125,11 +125,8 @@ FORCED = dict(select="all", compete=False)
 
 
 def floor_arms(model, plugin) -> dict[str, tuple]:
+    """The floors' arms for ``time_arms``: each callable with the eager function it computes."""
     lin = model.lin
-
-    def act_tanh(y):
-        return F.gelu(y, approximate="tanh")
-
     arms = {
         "fused": (torch.compile(model, backend=plugin, options=FORCED), model),
         "bare_plugin": (torch.compile(lin, backend=plugin, options=FORCED), lin),
@@ -137,7 +134,7 @@ def floor_arms(model, plugin) -> dict[str, tuple]:
     }
     if model.act is F.gelu:
         arms["cublaslt_gelu"] = (lambda x: torch._addmm_activation(lin.bias, x, lin.weight.t(), use_gelu=True),
-                                 lambda x: act_tanh(lin(x)))  # fmt: skip
+                                 lambda x: F.gelu(lin(x), approximate="tanh"))  # fmt: skip
     return arms
 
 
