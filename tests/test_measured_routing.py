@@ -61,6 +61,9 @@ def test_faster_needs_every_round_the_margin_and_the_saving():
     assert Measurement(10.0, 10.5, (1.05, 1.04, 1.06, 1.05, 1.05), True).faster
     assert not Measurement(10.0, 10.1, (1.01,) * 5, True).faster  # below the 2% margin
     assert not Measurement(10.0, 10.5, (1.05, 1.04, 0.99, 1.05, 1.05), True).faster  # one round slower
+    # won in the median, but one round within the model's noise (under ROUND_MARGIN)
+    assert not Measurement(10.0, 10.5, (1.05, 1.04, 1.005, 1.05, 1.05), True).faster
+    assert Measurement(10.0, 10.5, (1.05, 1.04, measure.ROUND_MARGIN, 1.05, 1.05), True).faster
     # 10% faster in every round, but 0.3 us a call: under MIN_SAVING_US, a model cannot see it
     assert not Measurement(3.0, 3.3, (1.1,) * 5, True).faster
     assert Measurement(3.0, 3.0 + measure.MIN_SAVING_US, (1.17,) * 5, True).faster

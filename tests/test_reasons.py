@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import inductor_mm_plugin
-from inductor_mm_plugin.inductor.measure import MARGIN, MIN_SAVING_US, Measurement
+from inductor_mm_plugin.inductor.measure import MARGIN, MIN_SAVING_US, ROUND_MARGIN, Measurement
 from inductor_mm_plugin.inductor.selection import REASONS, not_routed
 from inductor_mm_plugin.interpreter import interpreter_defect_of
 
@@ -28,6 +28,7 @@ SAMPLE_FIELDS = {
     "module": repr("layers.2"),
     "name": repr("elsewhere.Block"),
     "measured": Measurement(10.0, 9.5, (0.94, 0.95, 0.96, 0.95, 0.95), graphs=True).describe(),
+    "round_margin": ROUND_MARGIN,
     "margin": MARGIN,
     "saving": MIN_SAVING_US,
     "plan": "plan.json",

@@ -66,7 +66,7 @@ REASONS = {
     "not_opted_in_auto": "not inside an opted-in module (select='auto' and the model has opted-in modules)",
     "symbolic": "symbolic sizes: not measured, so it stays on stock (compete=False routes it)",
     "sure_loser": "{rows} on the {gpu} (shape table): a sure loser, not timed, so it stays on stock",
-    "slower": "{measured}: not faster in every round, by {margin:.2f}x and {saving} us per call in the median, so it "
+    "slower": "{measured}: not faster by {round_margin:.2f}x in every round, by {margin:.2f}x and {saving} us per call in the median, so it "
               "stays on stock",
     "plan": "the routing plan {plan} keeps it on stock (the plugin did not win there when measured)",
     "plan_unfused": "the routing plan {plan} has it winning fused with its SwiGLU pair, which is not fused here: its "
