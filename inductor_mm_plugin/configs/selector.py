@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import pathlib
+import warnings
 from typing import NamedTuple
 
 from .hopper import SKINNY_MAX_M  # the skinny grid's range: its tiles are M rows tall
@@ -62,8 +63,11 @@ def features(M: int, N: int, K: int, cfg: MatmulConfig, num_sms: int = DEFAULT_N
 
 @functools.lru_cache(maxsize=4)
 def table(path: pathlib.Path = TABLE) -> tuple[Entry, ...]:
-    """The entries of a fitted table; empty where there is none."""
+    """The entries of a fitted table; empty, with a warning (once per path: cached), where
+    there is none, as in an install that left the package data out."""
     if not path.exists():
+        warnings.warn(f"inductor_mm_plugin: no config selector table at {path}; every call takes the hand-written "
+                      "rules (configs/eager.py), which are slower on most shapes", RuntimeWarning, 2)  # fmt: skip
         return ()
     data = json.loads(path.read_text())
     if data.get("features") != FEATURES:
