@@ -23,7 +23,7 @@ from inductor_mm_plugin.configs import (
     persistent_programs,
     smem_bytes,
 )
-from inductor_mm_plugin.configs import hopper
+from inductor_mm_plugin.configs import hopper, selector
 from inductor_mm_plugin.configs.templates import (
     SMEM_BUDGET,
     pointer_template_configs,
@@ -243,7 +243,9 @@ def tma_template(m, n, k, a_kmajor=True, b_kmajor=True, compete=False, elem=2, d
 @pytest.mark.parametrize("m,n,k", [(2048, 4096, 4096), (8192, 14336, 4096), (64, 4096, 4096), (1, 4096, 14336),
                                    (2048, 2048, 2048), (2048, 2048, 32768), (32768, 128, 4096)])  # fmt: skip
 @pytest.mark.parametrize("a_kmajor,b_kmajor", TEMPLATE_LAYOUTS)
-def test_tma_template_takes_the_eager_heuristic_without_split_k(m, n, k, a_kmajor, b_kmajor):
+def test_tma_template_takes_the_hand_rules_without_a_table_and_without_split_k(m, n, k, a_kmajor, b_kmajor,
+                                                                               monkeypatch):  # fmt: skip
+    monkeypatch.setattr(selector, "table", lambda *args: ())
     (cfg,) = tma_template(m, n, k, a_kmajor, b_kmajor)
     eager = rule_config(bf16(m, n, k, a_kmajor=a_kmajor, b_kmajor=b_kmajor, c_tma=False))
     assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps) == (eager.block_m, eager.block_n, eager.block_k,
@@ -254,6 +256,28 @@ def test_tma_template_takes_the_eager_heuristic_without_split_k(m, n, k, a_kmajo
     competing = tma_template(m, n, k, a_kmajor, b_kmajor, compete=True)
     assert competing[0] == cfg and len(competing) > 1
     assert all(c.split_k == 1 and fits(c, 2) for c in competing)
+
+
+@pytest.mark.parametrize("m,n,k", [(8192, 768, 3072), (2048, 3072, 768), (12608, 3072, 768), (2048, 4096, 4096),
+                                   (64, 4096, 4096), (1, 4096, 14336), (2048, 2048, 32768)])  # fmt: skip
+@pytest.mark.parametrize("a_kmajor,b_kmajor", TEMPLATE_LAYOUTS)
+def test_tma_template_takes_the_selectors_fastest_unsplit_entry(m, n, k, a_kmajor, b_kmajor):
+    """Where the table covers the problem: the tile of the unsplit TMA entry with the lowest
+    estimate, never a split entry's (the template has no split-K), and no slower by the table
+    than the hand rules' tile where that has an entry."""
+    (cfg,) = tma_template(m, n, k, a_kmajor, b_kmajor)
+    p = bf16(m, n, k, a_kmajor=a_kmajor, b_kmajor=b_kmajor, c_tma=False)
+    covering = [e for e in selector.table() if e.config.kernel == "tma" and selector.covers(p, e)
+                and fits(e.config, 2)]  # fmt: skip
+    unsplit = [e for e in covering if e.config.split_k == 1]
+    assert unsplit and len(unsplit) < len(covering)  # the table covers it, with split entries too
+    best = min(unsplit, key=lambda e: selector.estimate_us(p, e))
+    tile = lambda c: (c.block_m, c.block_n, c.block_k, c.num_warps, c.group_m)  # noqa: E731
+    assert tile(cfg) == tile(best.config) and cfg.split_k == 1
+    rule = rule_config(p)
+    ruled = [e for e in unsplit if tile(e.config) == tile(rule) and e.config.flatten == rule.flatten]
+    if ruled:
+        assert selector.estimate_us(p, best) <= selector.estimate_us(p, ruled[0])
 
 
 @pytest.mark.parametrize("m,n,k", [(2048, 1024, 1024), (2048, 1024, 4096), (768, 768, 768), (1024, 2048, 2048),
@@ -330,7 +354,7 @@ def test_tma_template_runs_as_many_programs_as_the_eager_kernel(m, n):
 def test_few_tiles_fill_one_wave_with_long_enough_slices(M, N, K):
     """Under a quarter wave of 128 x 128 tiles: the most work items that fit one wave, every K
     slice at least FEW_TILES_MIN_SLICE long (or K whole), fewer splits before smaller tiles."""
-    from inductor_mm_plugin.configs import hopper
+    from inductor_mm_plugin.configs import hopper, selector
     from inductor_mm_plugin.configs.space import tiles
 
     p = Problem(M, N, K, 1, 2, "bfloat16", tma=True, a_kmajor=True, b_kmajor=True)

@@ -40,7 +40,8 @@ def _heuristic_pick(p: Problem, interpreting: bool, kernels) -> tuple[MatmulConf
 
 def rule_config(p: Problem, interpreting: bool = False) -> MatmulConfig:
     """The hand rules' config: thresholds on tiles, waves and K from the tables in hopper.py
-    (batches, fp32, the pointer kernel, the interpreter, and the Inductor templates)."""
+    (batches, fp32, the pointer kernel, the interpreter, and the Inductor templates where the
+    table has no unsplit entry for the problem)."""
     cfg = _one_item_unflattened(p, _heuristic(p, interpreting))
     if batch_fits(p, cfg):
         return cfg

@@ -96,16 +96,18 @@ def covers(p: Problem, e: Entry) -> bool:
     return not e.skinny or cfg.block_m == max(16, pow2_ceil(p.M))
 
 
-def select(p: Problem, entries: tuple[Entry, ...] | None = None, kernels=("tma", "ptr")) -> MatmulConfig | None:
+def select(p: Problem, entries: tuple[Entry, ...] | None = None, kernels=("tma", "ptr"),
+           unsplit: bool = False) -> MatmulConfig | None:  # fmt: skip
     """The config with the lowest estimated time for ``p`` among the entries of ``kernels``
-    that cover it (``covers``), or None where the table does not cover the problem at all."""
+    that cover it (``covers``; with ``unsplit``, only those timed without split-K), or None
+    where the table does not cover the problem at all."""
     if not p.tma or p.elem_bytes != 2 or p.batch != 1:
         return None
     entries = table() if entries is None else entries
     best = None
     for e in entries:
         cfg = e.config
-        if cfg.kernel not in kernels:
+        if cfg.kernel not in kernels or (unsplit and cfg.split_k > 1):
             continue
         if not (covers(p, e) and fits(cfg, p.elem_bytes) and useful_split(p.K, cfg.block_k, cfg.split_k)):
             continue
