@@ -37,10 +37,12 @@ from _timing import (
 SMEM_LIMIT_BYTES = 232448  # H100 / H200: 227 KB of shared memory per block
 
 
-def T(bm, bn, bk, g, w, s, split=1, sub=False, flat=False):
-    """A TMA-kernel config (keywords: the fields the package keeps)."""
+def T(bm, bn, bk, g, w, s, split=1, sub=False, flat=False, tail=False):
+    """A TMA-kernel config (keywords: the fields the package keeps; ``split_tail`` only where
+    set, so the grid still builds against a commit without it)."""
+    extra = {"split_tail": True} if tail else {}
     return matmul_config_class()("tma", bm, bn, bk, group_m=g, num_warps=w, num_stages=s, split_k=split,
-                                 epilogue_subtile=sub, flatten=flat)  # fmt: skip
+                                 epilogue_subtile=sub, flatten=flat, **extra)  # fmt: skip
 
 
 def P(bm, bn, bk, g, w, s):

@@ -67,6 +67,28 @@ def test_heuristic_and_candidates_fit_shared_memory(M, N, K, elem, precision, tm
             assert k_per_split(K, c.block_k, c.split_k) * (c.split_k - 1) < K
 
 
+@pytest.mark.parametrize("M,N,K", [(512, 4608, 3072), (2480, 1776, 16544), (9488, 456, 2424), (8192, 8192, 4096)])
+def test_autotune_candidates_split_the_last_round_where_tiles_spill_past_whole_rounds(M, N, K):
+    """Each unsplit TMA candidate whose tiles fill whole rounds and part of one more has a twin
+    with that round split as finely as the SMs allow (at most hopper.TAIL_MAX_SPLIT slices);
+    where two slices of each leftover tile pass a round (8192 x 8192 in 128 x 256: 2048 tiles,
+    68 left over), none."""
+    p = bf16(M, N, K)
+    cands = candidate_configs(p)
+    tails = [c for c in cands if c.split_tail]
+    for c in tails:
+        n = -(-M // c.block_m) * -(-N // c.block_n)
+        assert n > p.num_sms and c.split_k == min(hopper.TAIL_MAX_SPLIT, p.num_sms // (n % p.num_sms))
+        assert dataclasses.replace(c, split_k=1, split_tail=False, flatten=True) in cands or \
+            dataclasses.replace(c, split_k=1, split_tail=False) in cands  # fmt: skip
+    unsplit = {(c.block_m, c.block_n) for c in cands if c.kernel == "tma" and c.split_k == 1}
+    spilling = {t for t in unsplit if -(-M // t[0]) * -(-N // t[1]) > p.num_sms
+                and 0 < -(-M // t[0]) * -(-N // t[1]) % p.num_sms * 2 <= p.num_sms}  # fmt: skip
+    assert spilling <= {(c.block_m, c.block_n) for c in tails}
+    if (M, N) == (512, 4608):
+        assert any(c.block_m == c.block_n == 128 and c.split_k == 8 for c in tails)  # 144 tiles: 12 left
+
+
 @pytest.mark.parametrize(
     "M,N,K,block_n,split",
     [

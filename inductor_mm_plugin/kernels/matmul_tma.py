@@ -37,6 +37,13 @@ Structure:
   loop form one software pipeline, so the next tile's loads overlap this tile's epilogue;
 * the descriptors are prefetched into the tensormap cache as the kernel starts
   (``PREFETCH``, ``_prefetch_descriptors``);
+* split-K on the last round only (``SPLIT_TAIL``): where the output tiles fill some whole
+  rounds over the SMs and part of one more, the whole rounds' tiles (``num_whole``, a
+  multiple of the program count) are one work item each over all of K, and only the last
+  round's tiles are cut into ``SPLIT_K`` slices, so that the last round fills the SMs with
+  shorter items instead of running a few tiles alone (512x4608 in 128x128 tiles: 144 tiles,
+  one round of 132 and 12 tiles left). Summed as split-K's, below. A data-parallel plus
+  split-K hybrid in the spirit of stream-K (Osama et al., 2023), with whole slices;
 * split-K (``SPLIT_K > 1``): each work item computes one K slice; every slice stores its
   fp32 partial tile in a workspace and bumps the tile's counter; the last slice to arrive
   sums all the partials in slice order (so the result's bits do not depend on which slice
@@ -149,12 +156,12 @@ def _store_tile(
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-# num_programs varies with the shape (configs.persistent_programs): unspecialized, so that
-# 128 and 132 programs share one compiled kernel.
-@triton.jit(do_not_specialize=["num_programs"])
+# num_programs and num_whole vary with the shape (configs.tma_programs, configs.whole_tiles):
+# unspecialized, so that 128 and 132 programs share one compiled kernel.
+@triton.jit(do_not_specialize=["num_programs", "num_whole"])
 def _matmul_kernel_tma(
     a_desc, b_desc, c_desc, c_ptr, bias_ptr, ws_ptr, lock_ptr,
-    M, N, K, k_per_split, BATCH, num_programs,
+    M, N, K, k_per_split, BATCH, num_programs, num_whole,
     stride_cb, stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta,
     A_KMAJOR: tl.constexpr,
@@ -169,6 +176,7 @@ def _matmul_kernel_tma(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    SPLIT_TAIL: tl.constexpr,  # split only the tiles past num_whole (the last, partial round)
     EPILOGUE_SUBTILE: tl.constexpr,
     FLATTEN: tl.constexpr,
     PREFETCH: tl.constexpr,  # descriptors to prefetch (_prefetch_descriptors): 0, 2 (A, B) or 3 (and C)
@@ -180,15 +188,28 @@ def _matmul_kernel_tma(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n  # per matrix
-    num_work = num_tiles * BATCH * SPLIT_K
-    k_tiles = tl.cdiv(k_per_split, BLOCK_K)
+    k_slice_tiles = tl.cdiv(k_per_split, BLOCK_K)
+    if SPLIT_TAIL:
+        # Tiles [0, num_whole) are one work item each, over all of K; the rest, SPLIT_K each.
+        num_work = num_whole + (num_tiles - num_whole) * SPLIT_K
+        k_tiles_whole = tl.cdiv(K, BLOCK_K)
+    else:
+        num_work = num_tiles * BATCH * SPLIT_K
     # With FLATTEN the epilogue recomputes its tile from its own counter rather than carrying
     # the prologue's values across the flattened loop (as tutorial 09 does).
     work_c = start - num_programs
 
     for work in tl.range(start, num_work, num_programs, flatten=FLATTEN):
-        tile = work // SPLIT_K
-        k_start = (work % SPLIT_K) * k_per_split
+        if SPLIT_TAIL:
+            in_tail = work >= num_whole
+            t = tl.maximum(work - num_whole, 0)
+            tile = tl.where(in_tail, num_whole + t // SPLIT_K, work)
+            k_start = tl.where(in_tail, (t % SPLIT_K) * k_per_split, 0)
+            k_tiles = tl.where(in_tail, k_slice_tiles, k_tiles_whole)
+        else:
+            tile = work // SPLIT_K
+            k_start = (work % SPLIT_K) * k_per_split
+            k_tiles = k_slice_tiles
         bid, pid_m, pid_n = _work_coords(tile, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -235,7 +256,13 @@ def _matmul_kernel_tma(
         c_mat = c_ptr + bid_c.to(tl.int64) * stride_cb
 
         is_last = True
-        if SPLIT_K > 1:
+        if SPLIT_TAIL:
+            # Never flattened (MatmulConfig.validate): the prologue's in_tail and t are live.
+            is_last = work < num_whole
+            if in_tail:
+                acc, is_last = _split_k_sum(acc, ws_ptr, lock_ptr, tile - num_whole, t % SPLIT_K, SPLIT_K,
+                                            BLOCK_M, BLOCK_N)  # fmt: skip
+        elif SPLIT_K > 1:
             acc, is_last = _split_k_sum(acc, ws_ptr, lock_ptr, tile_c, work_c % SPLIT_K, SPLIT_K, BLOCK_M, BLOCK_N)
 
         if is_last:
