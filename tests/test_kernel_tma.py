@@ -148,7 +148,8 @@ SPLIT_TAIL_CASES = [((3, 3), 3), ((3, 3), 4), ((2, 5), 2), ((1, 3), 2), ((2, 4),
 
 @pytest.mark.parametrize("grid_tiles,split", SPLIT_TAIL_CASES, ids=str)
 @pytest.mark.parametrize("bias", [False, True])
-def test_split_tail_computes_every_tile_once(grid_tiles, split, bias):
+@pytest.mark.parametrize("flatten", [False, True])
+def test_split_tail_computes_every_tile_once(grid_tiles, split, bias, flatten):
     """split_tail: the whole rounds' tiles over all of K, the last round's in ``split`` slices
     of unequal length (K = 136 in 16-deep steps: 9 steps, slices of 3 and the rest). An
     unwritten tile stays NaN; a slice added twice or a whole tile reduced as a slice is off
@@ -158,7 +159,7 @@ def test_split_tail_computes_every_tile_once(grid_tiles, split, bias):
     if HAS_CUDA:  # the device's own SM count: tiles past whole rounds of them
         m_tiles, n_tiles = 1, sms + m_tiles * n_tiles % sms
     cfg = dataclasses.replace(INTERPRETER_TMA, block_m=bm, block_n=bn, split_k=split, split_tail=True,
-                              epilogue_subtile=False, num_stages=1 if not HAS_CUDA else 3)  # fmt: skip
+                              epilogue_subtile=False, flatten=flatten, num_stages=1 if not HAS_CUDA else 3)  # fmt: skip
     M, N, K = bm * m_tiles - 3, bn * n_tiles - 8, 136 if not HAS_CUDA else 4104
     a, b = operand(M, K, torch.float16), operand(K, N, torch.float16, transposed=True)
     bias_t = randn(N, dtype=torch.float16).expand(M, N) if bias else None
@@ -187,7 +188,7 @@ def test_split_tail_config_rules():
     assert not tail_fits(dataclasses.replace(p, batch=2), cfg)
     assert cfg.short() == "tma 16x16x16 w4 s3 split3 tail"
     assert MatmulConfig.from_json(cfg.to_json()) == cfg
-    for bad in (dict(split_k=1), dict(flatten=True), dict(kernel="ptr")):
+    for bad in (dict(split_k=1), dict(kernel="ptr")):
         with pytest.raises(ValueError, match="split_tail"):
             dataclasses.replace(cfg, **bad).validate()
 

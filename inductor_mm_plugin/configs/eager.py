@@ -281,7 +281,7 @@ def _tail_candidates(p: Problem, cands: list[MatmulConfig]) -> list[MatmulConfig
             continue
         tail = tiles(p, c.block_m, c.block_n) % p.num_sms
         split = min(H.TAIL_MAX_SPLIT, p.num_sms // tail) if tail else 1
-        tailed = dataclasses.replace(c, split_k=split, split_tail=True, flatten=False)
+        tailed = dataclasses.replace(c, split_k=split, split_tail=True)
         if split > 1 and useful_split(p.K, c.block_k, split) and tail_fits(p, tailed):
             out.append(tailed)
     return out

@@ -81,10 +81,8 @@ class MatmulConfig:
                 raise ValueError(f"MatmulConfig.{name} must be in [{least}, {most}], got {v}")
         if self.kernel == "ptr" and (self.epilogue_subtile or self.flatten or self.split_tail):
             raise ValueError("epilogue_subtile, flatten and split_tail apply to the 'tma' kernel only")
-        if self.split_tail and (self.split_k == 1 or self.flatten):
-            # The kernel's tail items have a K loop of their own length, which the flattened
-            # loop (one trip count for every item) cannot take.
-            raise ValueError("split_tail needs split_k > 1 and flatten off")
+        if self.split_tail and self.split_k == 1:
+            raise ValueError("split_tail needs split_k > 1 (the slices of the last round's tiles)")
 
     def short(self) -> str:
         s = f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages}"
