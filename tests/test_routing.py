@@ -431,9 +431,18 @@ def test_gpu_reduce_overhead_cuda_graphs():
 
 
 @pytest.mark.gpu
-def test_gpu_max_autotune_with_compete():
+@pytest.mark.parametrize("tf32_api", ["legacy", "new"])
+def test_gpu_max_autotune_with_compete(tf32_api):
+    """With TF32 set through the new per-backend API too (as transformers' imports leave it),
+    the getter Inductor keys its timings on raises (pytorch/pytorch#196728); under
+    max_autotune those timings run in the scheduler, after the lowering returned."""
+    from conftest import default_tf32_flags, tf32_flags_restored
+
     model, x = _bf16_block()
-    with torch.no_grad(), record_sites() as records:
+    with tf32_flags_restored(), torch.no_grad(), record_sites() as records:
+        default_tf32_flags()
+        if tf32_api == "new":
+            torch.backends.cuda.matmul.fp32_precision = "tf32"
         out, _, codes = run_compiled(model, x, backend="inductor_mm_plugin",
                                      options={"select": "all", "compete": True, "max_autotune": True})  # fmt: skip
         ref = model(x)

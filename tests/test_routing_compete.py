@@ -53,6 +53,28 @@ def test_compete_compiles_with_tf32_set_through_the_new_api():
         torch.testing.assert_close(out, model(x))
 
 
+def test_the_whole_graph_compile_reads_the_matmul_precision():
+    """Under max_autotune Inductor times the templates' choices in the scheduler, after the
+    lowering's select_algorithm returned, so the backend's inner compile answers the getter
+    for the whole compile of each graph (pytorch/pytorch#196728), and restores it after."""
+    from conftest import default_tf32_flags, tf32_flags_restored
+
+    from inductor_mm_plugin.inductor import backend, compat
+
+    seen = []
+
+    def compile_fx_inner(*args, **kwargs):
+        seen.append(torch.get_float32_matmul_precision())  # as codecache.PersistentCache.lookup does
+        return "compiled"
+
+    legacy = torch.get_float32_matmul_precision
+    with tf32_flags_restored(), patch.object(compat, "compile_fx_inner", compile_fx_inner):
+        default_tf32_flags()
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        assert backend._inner_compile() == "compiled"
+    assert seen == ["cuda=tf32,mkldnn=ieee"] and torch.get_float32_matmul_precision is legacy
+
+
 # ------------------------------------------------------------------ on graphs of fake tensors
 
 

@@ -62,7 +62,9 @@ def patches_for(plugin: PluginOptions, inductor: dict[str, Any], root: RootInfo 
 def _inner_compile(*args, **kwargs):
     # Inductor's compile of one graph (a forward, or a backward compiled lazily at its first
     # call), where a graph loaded from the FX graph cache reports its routing decisions.
-    with reporting_cached_decisions():
+    # Under max_autotune the plugin's choices are timed in the scheduler, after the lowering's
+    # select_algorithm returned, and read the matmul precision there too (pytorch/pytorch#196728).
+    with reporting_cached_decisions(), compat.readable_matmul_precision():
         return compat.compile_fx_inner(*args, **kwargs)
 
 
