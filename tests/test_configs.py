@@ -78,9 +78,9 @@ def test_autotune_candidates_split_the_last_round_where_tiles_spill_past_whole_r
     tails = [c for c in cands if c.split_tail]
     for c in tails:
         n = -(-M // c.block_m) * -(-N // c.block_n)
-        assert n > p.num_sms and c.split_k == min(hopper.TAIL_MAX_SPLIT, p.num_sms // (n % p.num_sms))
+        assert n > p.num_sms and c.num_warps >= 8 and c.split_k == min(hopper.TAIL_MAX_SPLIT, p.num_sms // (n % p.num_sms))
         assert dataclasses.replace(c, split_k=1, split_tail=False) in cands
-    unsplit = {(c.block_m, c.block_n) for c in cands if c.kernel == "tma" and c.split_k == 1}
+    unsplit = {(c.block_m, c.block_n) for c in cands if c.kernel == "tma" and c.split_k == 1 and c.num_warps >= 8}
     spilling = {t for t in unsplit if -(-M // t[0]) * -(-N // t[1]) > p.num_sms
                 and 0 < -(-M // t[0]) * -(-N // t[1]) % p.num_sms * 2 <= p.num_sms}  # fmt: skip
     assert spilling <= {(c.block_m, c.block_n) for c in tails}
