@@ -308,6 +308,9 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=150, help="shapes drawn (default 150)")
     p.add_argument("--seed", type=int, default=None, help="the draw's seed (required to sweep; a rerun with it resumes)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--tail-only", action="store_true",
+                   help="sweep only the drawn shapes where a split_tail entry of the grid applies (more rows for "
+                        "those entries per device second; each shape still times the whole grid)")
     p.add_argument("--fit", metavar="JSONL", nargs="+", default=None,
                    help="no sweep: fit the selector's table from these files' rows and write it to --table")
     p.add_argument("--table", default=str(TABLE), help=f"where --fit writes the table (default {TABLE})")
@@ -331,6 +334,8 @@ def main(argv=None):
     jsonl = pathlib.Path(args.out) / "selector.jsonl"
     done = {(r.get("draw"), r.get("seed"), r.get("index")) for r in read_jsonl(jsonl)} if jsonl.exists() else set()
     todo = [s for s in drawn(args.draw, args.n, args.seed) if (s["draw"], s["seed"], s["index"]) not in done]
+    if args.tail_only:
+        todo = [s for s in todo if any(c.split_tail for c in configs_for(s["M"], s["N"], s["K"], shape_aligned(s)))]
     if args.device == "cpu":
         todo = [dict(s, M=min(s["M"], 40), N=min(s["N"], 48), K=min(s["K"], 64)) for s in todo]
     print(f"{args.draw} seed {args.seed}: {len(todo)} shapes to sweep ({len(done)} in {jsonl})", flush=True)
