@@ -150,6 +150,18 @@ SPLIT_TAIL_CASES = [((3, 3), 3), ((3, 3), 4), ((2, 5), 2), ((1, 3), 2), ((2, 4),
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("flatten", [False, True])
 def test_split_tail_computes_every_tile_once(grid_tiles, split, bias, flatten):
+    _split_tail_case(grid_tiles, split, bias, flatten)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grid_tiles,split", SPLIT_TAIL_CASES[:3], ids=str)
+@pytest.mark.parametrize("bias", [False, True])
+def test_gpu_split_tail_computes_every_tile_once(grid_tiles, split, bias):
+    """The same on the GPU suite's run (``-m gpu``), flattened as the sweep's tails are."""
+    _split_tail_case(grid_tiles, split, bias, flatten=True)
+
+
+def _split_tail_case(grid_tiles, split, bias, flatten):
     """split_tail: the whole rounds' tiles over all of K, the last round's in ``split`` slices
     of unequal length (K = 136 in 16-deep steps: 9 steps, slices of 3 and the rest). An
     unwritten tile stays NaN; a slice added twice or a whole tile reduced as a slice is off
