@@ -207,7 +207,7 @@ def _finish_tile(
     if EPILOGUE_SUBTILE:
         # Two BLOCK_N / 2 halves: half the store buffer in shared memory.
         SUB_N: tl.constexpr = BLOCK_N // 2
-        acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, SUB_N)), (0, 2, 1))
+        acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
         acc0, acc1 = tl.split(acc3)
         _store_tile(acc0, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
                     stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
@@ -252,16 +252,16 @@ def _matmul_kernel_tma(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n  # per matrix
     if SPLIT_TAIL:
-        loop_end = num_whole
+        num_work = num_whole
         k_tiles = tl.cdiv(K, BLOCK_K)
     else:
-        loop_end = num_tiles * BATCH * SPLIT_K
+        num_work = num_tiles * BATCH * SPLIT_K
         k_tiles = tl.cdiv(k_per_split, BLOCK_K)
     # With FLATTEN the epilogue recomputes its tile from its own counter rather than carrying
     # the prologue's values across the flattened loop (as tutorial 09 does).
     work_c = start - num_programs
 
-    for work in tl.range(start, loop_end, num_programs, flatten=FLATTEN):
+    for work in tl.range(start, num_work, num_programs, flatten=FLATTEN):
         tile = work // ITEM_SPLIT
         k_start = (work % ITEM_SPLIT) * k_per_split
         bid, pid_m, pid_n = _work_coords(tile, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M)
