@@ -276,7 +276,17 @@ def test_tma_template_takes_the_hand_rules_without_a_table_and_without_split_k(m
     assert smem_bytes(cfg, 2) <= SMEM_BUDGET
     competing = tma_template(m, n, k, a_kmajor, b_kmajor, compete=True)
     assert competing[0] == cfg and len(competing) > 1
-    assert all(c.split_k == 1 and fits(c, 2) for c in competing)
+    assert all(c.split_k == 1 and not c.split_tail and fits(c, 2) for c in competing)
+
+
+def test_competing_tma_template_offers_each_unsplit_tile_once():
+    """The autotuning candidates' split_tail twins (512 x 4608: 144 tiles of 128 x 128) become
+    their whole tiles in the template, which has no split-K: offered once, not twice."""
+    p = bf16(512, 4608, 3072, c_tma=False)
+    assert any(c.split_tail for c in candidate_configs(p, kernels=("tma",)))
+    competing = tma_template(512, 4608, 3072, compete=True)
+    assert competing and not any(c.split_tail or c.split_k > 1 for c in competing)
+    assert len(competing) == len(set(competing))
 
 
 @pytest.mark.parametrize("m,n,k", [(8192, 768, 3072), (2048, 3072, 768), (12608, 3072, 768), (2048, 4096, 4096),
