@@ -37,10 +37,12 @@ from _timing import (
 SMEM_LIMIT_BYTES = 232448  # H100 / H200: 227 KB of shared memory per block
 
 
-def T(bm, bn, bk, g, w, s, split=1, sub=False, flat=False):
-    """A TMA-kernel config (keywords: the fields the package keeps)."""
+def T(bm, bn, bk, g, w, s, split=1, sub=False, flat=False, tail=False):
+    """A TMA-kernel config (keywords: the fields the package keeps; ``split_tail`` only where
+    set, so the grid still builds against a commit without it)."""
+    extra = {"split_tail": True} if tail else {}
     return matmul_config_class()("tma", bm, bn, bk, group_m=g, num_warps=w, num_stages=s, split_k=split,
-                                 epilogue_subtile=sub, flatten=flat)  # fmt: skip
+                                 epilogue_subtile=sub, flatten=flat, **extra)  # fmt: skip
 
 
 def P(bm, bn, bk, g, w, s):
@@ -155,6 +157,23 @@ def _ptr_inductor(shape):
         out += [cfg("ptr", bm, bn, 64, group_m=8, num_warps=4 if bn == 64 else 8, num_stages=3, split_k=split)
                 for bn in (64, 128) for split in (2, 4, 8) if K // split >= 256]  # fmt: skip
     return list(dict.fromkeys(out))
+
+
+def _with_tails(shape, sms=132, most=8):
+    """Each of the mid-size shapes' flattened tiles, then its split_tail twin where its tiles
+    spill past whole rounds of the SMs: the last round's tiles in as many slices as fit the
+    SMs, at most ``most``."""
+    out = []
+    for c in (T(128, 128, 64, 8, 4, 4, flat=True), T(128, 128, 64, 8, 8, 4, sub=True, flat=True),
+              T(128, 256, 64, 8, 8, 3, sub=True, flat=True)):  # fmt: skip
+        # (the 4-warp tile's tail ran 0.36-0.57 of it whole: kept as a control)
+        out.append(c)
+        tiles = -(-shape[0] // c.block_m) * -(-shape[1] // c.block_n)
+        left = tiles % sms
+        if tiles > sms and left and sms // left >= 2:
+            out.append(T(c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages,
+                         min(most, sms // left), sub=c.epilogue_subtile, flat=c.flatten, tail=True))  # fmt: skip
+    return out
 
 
 GROUPS = {
@@ -291,13 +310,24 @@ GROUPS = {
         shapes=[(m, n, k) for m in (1, 8, 16, 32, 64, 128) for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]],
         dtype="bf16", layouts=["row", "linear"], graph=True, configs=_skinny_unsplit,
     ),
+    # split_tail (issue 31): the flattened tiles that win mid-size shapes, each whole and with
+    # its last round split as finely as the SMs allow; shapes whose tiles fill one to a few
+    # rounds and part of one more, where the first sweep's best stayed at 0.58-0.92 of cuBLAS.
+    "tail": dict(
+        shapes=[(512, 4608, 3072), (512, 5120, 6912), (2048, 1152, 3072), (152, 17584, 1312), (6304, 768, 1536),
+                (8192, 768, 768), (3376, 5472, 10160), (8192, 2304, 3072), (512, 19008, 5120)],
+        dtype="bf16", layouts=["linear"], graph=True, configs=_with_tails, per_shape=True,
+    ),
 }  # fmt: skip
 
 
 def _configs_of(spec, shape):
-    """A group's configs for one shape: its list, a function of M, or the skinny sweep's."""
+    """A group's configs for one shape: its list, a function of the shape (``per_shape``) or of
+    M, or the skinny sweep's."""
     configs = spec["configs"] or _skinny_configs
-    return configs(shape[0]) if callable(configs) else configs
+    if not callable(configs):
+        return configs
+    return configs(shape) if spec.get("per_shape") else configs(shape[0])
 
 
 def _spec(x):

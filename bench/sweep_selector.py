@@ -76,6 +76,16 @@ GRID = [
     T(128, 256, 64, 8, 8, 3, 4, sub=True),
     T(128, 128, 64, 8, 8, 4, 16, sub=True),
     T(64, 128, 64, 8, 4, 4, 4),
+    # Not yet swept (2026-12-07): the last round split, the full ones whole (split_tail), for
+    # tiles that fill one to a few rounds and part of one more (512x4608x3072: 144 tiles of
+    # 128x128, 0.65 of cuBLAS at best in the first sweep), on the flattened tiles that win the
+    # mid-size shapes, 8 warps (a 4-warp 128x128 tail ran 0.36-0.57 of its whole tile on the H100,
+    # 2026-12-07; 255 registers). Timed only where they apply (_tail_applies).
+    T(128, 256, 64, 8, 8, 3, 2, sub=True, flat=True, tail=True),
+    T(128, 256, 64, 8, 8, 3, 4, sub=True, flat=True, tail=True),
+    T(128, 128, 64, 8, 8, 4, 2, sub=True, flat=True, tail=True),
+    T(128, 128, 64, 8, 8, 4, 4, sub=True, flat=True, tail=True),
+    T(128, 128, 64, 8, 8, 4, 8, sub=True, flat=True, tail=True),
 ]  # fmt: skip
 
 
@@ -86,7 +96,17 @@ def configs_for(M: int, N: int, K: int, aligned: bool = True) -> list:
     grid = _skinny_configs(M) + _skinny_deep_splits(M, N) if M <= 128 else GRID
     if aligned:
         grid = grid + _ptr_inductor((M, N, K))
-    return [c for c in grid if fits(c, 2) and useful_split(K, c.block_k, c.split_k)]
+    return [c for c in grid if fits(c, 2) and useful_split(K, c.block_k, c.split_k) and _tail_applies(M, N, c)]
+
+
+def _tail_applies(M: int, N: int, cfg, sms: int = DEFAULT_NUM_SMS) -> bool:
+    """A split_tail config only where its tiles fill a whole round and part of the next, and
+    the split tiles' slices make one round at most (below a round it is plain split-K, which
+    the grid already has)."""
+    if not getattr(cfg, "split_tail", False):
+        return True
+    n = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
+    return n > sms and 0 < n % sms * cfg.split_k <= sms
 
 
 def _skinny_deep_splits(M: int, N: int, sms: int = DEFAULT_NUM_SMS) -> list:
@@ -288,6 +308,9 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=150, help="shapes drawn (default 150)")
     p.add_argument("--seed", type=int, default=None, help="the draw's seed (required to sweep; a rerun with it resumes)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--tail-only", action="store_true",
+                   help="sweep only the drawn shapes where a split_tail entry of the grid applies (more rows for "
+                        "those entries per device second; each shape still times the whole grid)")
     p.add_argument("--fit", metavar="JSONL", nargs="+", default=None,
                    help="no sweep: fit the selector's table from these files' rows and write it to --table")
     p.add_argument("--table", default=str(TABLE), help=f"where --fit writes the table (default {TABLE})")
@@ -311,6 +334,8 @@ def main(argv=None):
     jsonl = pathlib.Path(args.out) / "selector.jsonl"
     done = {(r.get("draw"), r.get("seed"), r.get("index")) for r in read_jsonl(jsonl)} if jsonl.exists() else set()
     todo = [s for s in drawn(args.draw, args.n, args.seed) if (s["draw"], s["seed"], s["index"]) not in done]
+    if args.tail_only:
+        todo = [s for s in todo if any(c.split_tail for c in configs_for(s["M"], s["N"], s["K"], shape_aligned(s)))]
     if args.device == "cpu":
         todo = [dict(s, M=min(s["M"], 40), N=min(s["N"], 48), K=min(s["K"], 64)) for s in todo]
     print(f"{args.draw} seed {args.seed}: {len(todo)} shapes to sweep ({len(done)} in {jsonl})", flush=True)

@@ -336,6 +336,28 @@ def test_sweep_selector_fit_recovers_each_configs_time_model_and_resumes(tmp_pat
     assert drawn == sweep_selector.drawn("random", 3, seed=9) and [s["index"] for s in drawn] == [0, 1, 2]
 
 
+def test_sweep_selector_times_split_tail_entries_only_where_a_last_round_spills():
+    """The grid's split_tail entries reach a shape only where its tiles fill a whole round of
+    the SMs and part of one more, and the split tiles' slices make one round at most (what
+    ``--tail-only`` keeps of a draw)."""
+    import sweep_selector
+
+    tails = {c.short(): c for c in sweep_selector.GRID if c.split_tail}
+    assert tails and all(c.num_warps == 8 and c.flatten for c in tails.values())
+    got = {c.short() for c in sweep_selector.configs_for(512, 4608, 3072) if c.split_tail}
+    assert got == {"tma 128x128x64 w8 s4 split2 tail sub flat", "tma 128x128x64 w8 s4 split4 tail sub flat",
+                   "tma 128x128x64 w8 s4 split8 tail sub flat"}  # 144 tiles of 128x128: 12 spill  # fmt: skip
+    assert not any(c.split_tail for c in sweep_selector.configs_for(512, 1792, 3584))  # 56 tiles: under a round
+    assert not any(c.split_tail for c in sweep_selector.configs_for(2048, 8448, 4096))  # 128x128: 4 whole rounds
+    spills = [s for s in sweep_selector.drawn("models", 60, seed=3)
+              if any(c.split_tail for c in sweep_selector.configs_for(s["M"], s["N"], s["K"]))]
+    for s in spills:
+        for c in sweep_selector.configs_for(s["M"], s["N"], s["K"]):
+            if c.split_tail:
+                n = -(-s["M"] // c.block_m) * -(-s["N"] // c.block_n)
+                assert n > 132 and 0 < n % 132 * c.split_k <= 132
+
+
 def test_sweep_selector_leave_one_out_reads_each_pick_off_its_own_row():
     """Two configs whose times follow known models, one faster on short K and one on long K:
     each shape's pick, from a fit without its row, is the faster one, so the geomean of the

@@ -67,6 +67,27 @@ def test_heuristic_and_candidates_fit_shared_memory(M, N, K, elem, precision, tm
             assert k_per_split(K, c.block_k, c.split_k) * (c.split_k - 1) < K
 
 
+@pytest.mark.parametrize("M,N,K", [(512, 4608, 3072), (2480, 1776, 16544), (9488, 456, 2424), (8192, 8192, 4096)])
+def test_autotune_candidates_split_the_last_round_where_tiles_spill_past_whole_rounds(M, N, K):
+    """Each unsplit TMA candidate whose tiles fill whole rounds and part of one more has a twin
+    with that round split as finely as the SMs allow (at most hopper.TAIL_MAX_SPLIT slices);
+    where two slices of each leftover tile pass a round (8192 x 8192 in 128 x 256: 2048 tiles,
+    68 left over), none."""
+    p = bf16(M, N, K)
+    cands = candidate_configs(p)
+    tails = [c for c in cands if c.split_tail]
+    for c in tails:
+        n = -(-M // c.block_m) * -(-N // c.block_n)
+        assert n > p.num_sms and c.num_warps >= 8 and c.split_k == min(hopper.TAIL_MAX_SPLIT, p.num_sms // (n % p.num_sms))
+        assert dataclasses.replace(c, split_k=1, split_tail=False) in cands
+    unsplit = {(c.block_m, c.block_n) for c in cands if c.kernel == "tma" and c.split_k == 1 and c.num_warps >= 8}
+    spilling = {t for t in unsplit if -(-M // t[0]) * -(-N // t[1]) > p.num_sms
+                and 0 < -(-M // t[0]) * -(-N // t[1]) % p.num_sms * 2 <= p.num_sms}  # fmt: skip
+    assert spilling <= {(c.block_m, c.block_n) for c in tails}
+    if (M, N) == (512, 4608):
+        assert any(c.block_m == c.block_n == 128 and c.split_k == 8 for c in tails)  # 144 tiles: 12 left
+
+
 @pytest.mark.parametrize(
     "M,N,K,block_n,split",
     [
@@ -255,7 +276,17 @@ def test_tma_template_takes_the_hand_rules_without_a_table_and_without_split_k(m
     assert smem_bytes(cfg, 2) <= SMEM_BUDGET
     competing = tma_template(m, n, k, a_kmajor, b_kmajor, compete=True)
     assert competing[0] == cfg and len(competing) > 1
-    assert all(c.split_k == 1 and fits(c, 2) for c in competing)
+    assert all(c.split_k == 1 and not c.split_tail and fits(c, 2) for c in competing)
+
+
+def test_competing_tma_template_offers_each_unsplit_tile_once():
+    """The autotuning candidates' split_tail twins (512 x 4608: 144 tiles of 128 x 128) become
+    their whole tiles in the template, which has no split-K: offered once, not twice."""
+    p = bf16(512, 4608, 3072, c_tma=False)
+    assert any(c.split_tail for c in candidate_configs(p, kernels=("tma",)))
+    competing = tma_template(512, 4608, 3072, compete=True)
+    assert competing and not any(c.split_tail or c.split_k > 1 for c in competing)
+    assert len(competing) == len(set(competing))
 
 
 @pytest.mark.parametrize("m,n,k", [(8192, 768, 3072), (2048, 3072, 768), (12608, 3072, 768), (2048, 4096, 4096),

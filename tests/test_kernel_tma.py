@@ -20,7 +20,17 @@ from cases import DTYPES, bias_of, kernel_args, operand, poisoned, randn
 from conftest import DEVICE, HAS_CUDA
 
 from inductor_mm_plugin import runtime
-from inductor_mm_plugin.configs import MatmulConfig, Problem, candidate_configs, heuristic_config, persistent_programs
+from inductor_mm_plugin.configs import (
+    MatmulConfig,
+    Problem,
+    candidate_configs,
+    heuristic_config,
+    persistent_programs,
+    tail_fits,
+    tma_programs,
+    whole_tiles,
+    work_items,
+)
 from inductor_mm_plugin.configs.hopper import INTERPRETER_TMA
 from inductor_mm_plugin.ops.reference import assert_matmul_close
 from inductor_mm_plugin.runtime.device import num_sms
@@ -130,6 +140,71 @@ def test_fewer_programs_than_sms_cover_every_tile(m_tiles, n_tiles, split, flatt
     assert_matmul_close(out, a, b)
 
 
+# (output tiles, split): whole rounds of the SMs and a partial one (9 tiles on 4 SMs: 8 whole,
+# 1 split in 3 or 4), tiles fewer than the SMs (3 tiles: all split, as split-K), and whole
+# rounds only (8 tiles: nothing split).
+SPLIT_TAIL_CASES = [((3, 3), 3), ((3, 3), 4), ((2, 5), 2), ((1, 3), 2), ((2, 4), 2), ((3, 2), 2)]
+
+
+@pytest.mark.parametrize("grid_tiles,split", SPLIT_TAIL_CASES, ids=str)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("flatten", [False, True])
+def test_split_tail_computes_every_tile_once(grid_tiles, split, bias, flatten):
+    _split_tail_case(grid_tiles, split, bias, flatten)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grid_tiles,split", SPLIT_TAIL_CASES[:3], ids=str)
+@pytest.mark.parametrize("bias", [False, True])
+def test_gpu_split_tail_computes_every_tile_once(grid_tiles, split, bias):
+    """The same on the GPU suite's run (``-m gpu``), flattened as the sweep's tails are."""
+    _split_tail_case(grid_tiles, split, bias, flatten=True)
+
+
+def _split_tail_case(grid_tiles, split, bias, flatten):
+    """split_tail: the whole rounds' tiles over all of K, the last round's in ``split`` slices
+    of unequal length (K = 136 in 16-deep steps: 9 steps, slices of 3 and the rest). An
+    unwritten tile stays NaN; a slice added twice or a whole tile reduced as a slice is off
+    by far more than the bound. The same inputs give the same bits, launch after launch."""
+    (m_tiles, n_tiles), sms = grid_tiles, num_sms(torch.device(DEVICE))
+    bm, bn = (16, 16) if not HAS_CUDA else (128, 128)
+    if HAS_CUDA:  # the device's own SM count: tiles past whole rounds of them
+        m_tiles, n_tiles = 1, sms + m_tiles * n_tiles % sms
+    cfg = dataclasses.replace(INTERPRETER_TMA, block_m=bm, block_n=bn, split_k=split, split_tail=True,
+                              epilogue_subtile=False, flatten=flatten, num_stages=1 if not HAS_CUDA else 3)  # fmt: skip
+    M, N, K = bm * m_tiles - 3, bn * n_tiles - 8, 136 if not HAS_CUDA else 4104
+    a, b = operand(M, K, torch.float16), operand(K, N, torch.float16, transposed=True)
+    bias_t = randn(N, dtype=torch.float16).expand(M, N) if bias else None
+    out = poisoned(M, N, dtype=torch.float16)
+    plan = runtime.launch(a, b, out, bias_t, config=cfg)
+    tiles = m_tiles * n_tiles
+    whole = tiles // sms * sms
+    args = kernel_args(plan, a, b, out, bias_t)
+    assert args["num_whole"] == whole and args["SPLIT_TAIL"]
+    assert plan.grid == ((sms if whole else persistent_programs(tiles * split, sms)),)
+    if bias:
+        assert_matmul_close(out, a, b, bias_t)
+    else:
+        assert_matmul_close(out, a, b)
+    again = poisoned(M, N, dtype=torch.float16)
+    runtime.launch(a, b, again, bias_t, config=cfg)
+    assert torch.equal(out.view(torch.int16), again.view(torch.int16))
+
+
+def test_split_tail_config_rules():
+    p = Problem(M=16 * 3, N=16 * 3, K=64, batch=1, elem_bytes=2, dtype="float16", tma=True, num_sms=4)
+    cfg = MatmulConfig("tma", 16, 16, 16, split_k=3, split_tail=True)
+    assert (whole_tiles(p, cfg), work_items(p, cfg), tma_programs(p, cfg)) == (8, 8 + 3, 4)
+    assert tail_fits(p, cfg) and not tail_fits(p, dataclasses.replace(cfg, split_k=8))  # 8 slices > 4 SMs
+    assert not tail_fits(dataclasses.replace(p, N=16 * 4), cfg)  # 12 tiles: whole rounds, nothing to split
+    assert not tail_fits(dataclasses.replace(p, batch=2), cfg)
+    assert cfg.short() == "tma 16x16x16 w4 s3 split3 tail"
+    assert MatmulConfig.from_json(cfg.to_json()) == cfg
+    for bad in (dict(split_k=1), dict(kernel="ptr")):
+        with pytest.raises(ValueError, match="split_tail"):
+            dataclasses.replace(cfg, **bad).validate()
+
+
 _PTX_OF_THE_TMA_KERNEL = r"""
 import re, sys
 import triton
@@ -144,7 +219,8 @@ if c_tma:
     descs["c_desc"] = f"tensordesc<bf16[{BM}, {BN}]>"
 consts = dict(A_KMAJOR=True, B_KMAJOR=False, C_TMA=c_tma, HAS_BIAS=False, BIAS_MODE="mn", SCALE_ACC=False,
               INPUT_PRECISION="ieee", SWAP_AB=False, INTERPRETER_BF16=False, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK,
-              GROUP_M=1, SPLIT_K=1, EPILOGUE_SUBTILE=False, FLATTEN=False, PREFETCH=prefetch, BATCH=1)
+              GROUP_M=1, SPLIT_K=1, SPLIT_TAIL=False, EPILOGUE_SUBTILE=False, FLATTEN=False, PREFETCH=prefetch,
+              BATCH=1)
 missing = {p.name for p in _matmul_kernel_tma.params if p.is_constexpr} - set(consts)
 assert not missing, f"the script does not set the kernel's constexprs {sorted(missing)}"
 sig = {}

@@ -110,12 +110,12 @@ def test_plan_binds_every_kernel_argument_by_name(case):
         assert plan.grid == (tiles * cfg.split_k,)
     else:
         expected = dict(common, c_ptr=out, bias_ptr=bias_arg, k_per_split=k_per_split(K, cfg.block_k, cfg.split_k),
-                        BATCH=1, num_programs=persistent_programs(tiles * cfg.split_k, num_sms(a.device)),
+                        BATCH=1, num_programs=persistent_programs(tiles * cfg.split_k, num_sms(a.device)), num_whole=0,
                         stride_cb=0, stride_cm=out.stride(0), stride_cn=out.stride(1), stride_biasm=bsm,
                         stride_biasn=bsn, A_KMAJOR=not ta, B_KMAJOR=True, C_TMA=not c_col,
                         BIAS_MODE={None: "mn", "N": "n", "M1": "m", "MN": "mn"}[bias_shape], SWAP_AB=False,
-                        SPLIT_K=cfg.split_k, EPILOGUE_SUBTILE=cfg.epilogue_subtile, FLATTEN=cfg.flatten,
-                        PREFETCH=0 if interpreting() else 2 if c_col else 3)  # fmt: skip
+                        SPLIT_K=cfg.split_k, SPLIT_TAIL=False, EPILOGUE_SUBTILE=cfg.epilogue_subtile,
+                        FLATTEN=cfg.flatten, PREFETCH=0 if interpreting() else 2 if c_col else 3)  # fmt: skip
         assert plan.grid == (expected["num_programs"],) and plan.c_tma == (not c_col)
         for name, base in (("a_desc", a), ("b_desc", b), ("c_desc", out)):
             if name == "c_desc" and c_col:

@@ -106,6 +106,20 @@ def test_features_count_wave_quantized_rounds_and_k_steps():
     assert selector.features(1024, 1088, 4096, cfg)[1] == 2.0  # 136 items: a second round
 
 
+def test_split_tail_features_and_selection():
+    cfg = MatmulConfig("tma", 128, 128, 64, split_k=4, split_tail=True)
+    # 512 x 4608: 144 tiles, one whole round of 132 and 12 tiles in 4 slices; K = 3072: 48
+    # steps whole, 12 a slice; 12 tiles' partials.
+    assert selector.features(512, 4608, 3072, cfg) == [48.0 + 12.0, 2.0, 1.0, 12 * 128 * 128 * 4 * 4 / 1e6]
+    # Whole rounds only: nothing split, nothing added.
+    assert selector.features(512, 128 * 132 // 4, 3072, cfg) == [48.0, 1.0, 1.0, 0.0]
+    tail = selector.Entry(cfg, False, (0.01, 1.0, 1.0, 0.0))
+    plain = selector.Entry(dataclasses.replace(cfg, split_k=1, split_tail=False), False, (0.01, 1.0, 1.0, 0.0))
+    assert selector.select(bf16(512, 4608, 3072), (tail, plain)) == cfg  # 60 steps in 2 rounds against 96
+    # 40 tiles left: 160 slices, more than a round; the entry does not apply.
+    assert selector.select(bf16(512, 128 * 43, 3072), (tail, plain)) == plain.config
+
+
 def test_a_table_fitted_for_other_features_is_refused(tmp_path):
     path = tmp_path / "table.json"
     path.write_text(json.dumps({"features": ["rounds"], "entries": []}))

@@ -41,7 +41,7 @@ from inductor_mm_plugin.inductor.records import record_sites
 from inductor_mm_plugin.inductor import templates
 from inductor_mm_plugin.inductor.templates import config_kwargs, pointer, tma
 from inductor_mm_plugin.kernels.matmul import _divmod, _matmul_kernel, _tile_coords
-from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma, _store_tile
+from inductor_mm_plugin.kernels.matmul_tma import _accumulate, _finish_tile, _matmul_kernel_tma, _store_tile
 
 # ------------------------------------------------------------------------- rendering
 
@@ -164,7 +164,7 @@ def _batch_term(node) -> bool:
 def eager_tree(template: str) -> ast.Module:
     """The eager kernel the template mirrors (with the TMA kernel's store helper), as the
     template would write it."""
-    fns = [_matmul_kernel] if template == "pointer" else [_matmul_kernel_tma, _store_tile]
+    fns = [_matmul_kernel] if template == "pointer" else [_matmul_kernel_tma, _accumulate, _finish_tile, _store_tile]
     names = {"a_ptr": "A", "b_ptr": "B"} if template == "pointer" else {
         "num_programs": "NUM_SMS", "bias_ptr": "BIAS", "stride_biasn": "BIAS_stride1"}  # fmt: skip
     body = [ast.parse(textwrap.dedent(inspect.getsource(getattr(f, "fn", f)))).body[0] for f in fns]

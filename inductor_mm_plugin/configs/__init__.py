@@ -33,11 +33,15 @@ from .space import (
     k_per_split,
     persistent_programs,
     smem_bytes,
+    tail_fits,
+    tma_programs,
+    whole_tiles,
     work_items,
 )
 
 __all__ = [
     "DEFAULT_NUM_SMS", "INTERPRETER_NUM_SMS", "SKINNY_MAX_M", "SMEM_LIMIT_BYTES", "MatmulConfig", "Problem",
     "batch_fits", "candidate_configs", "copies_pay", "fits", "heuristic_config", "k_per_split", "persistent_programs", "rule_config",
-    "skinny_config", "skinny_cost_us", "smem_bytes", "swiglu_config", "work_items",
+    "skinny_config", "skinny_cost_us", "smem_bytes", "swiglu_config", "tail_fits", "tma_programs", "whole_tiles",
+    "work_items",
 ]  # fmt: skip

@@ -20,6 +20,7 @@ from .space import (
     fits,
     k_per_split,
     pow2_ceil,
+    tail_fits,
     tiles,
     useful_split,
     work_items,
@@ -270,6 +271,23 @@ def _skinny_candidates(p: Problem) -> list[MatmulConfig]:
 # ------------------------------------------------------------------------- candidates
 
 
+def _tail_candidates(p: Problem, cands: list[MatmulConfig]) -> list[MatmulConfig]:
+    """The unsplit TMA candidates whose tiles fill whole rounds of the SMs and part of one
+    more, with that last round split (``split_tail``) as finely as it fits the SMs, up to
+    H.TAIL_MAX_SPLIT slices."""
+    out = []
+    for c in cands:
+        # 8 warps: a 4-warp 128 x 128 tail ran 0.36-0.57 of its whole tile (H100, 2026-12-07).
+        if c.kernel != "tma" or c.split_k != 1 or c.num_warps < 8 or tiles(p, c.block_m, c.block_n) <= p.num_sms:
+            continue
+        tail = tiles(p, c.block_m, c.block_n) % p.num_sms
+        split = min(H.TAIL_MAX_SPLIT, p.num_sms // tail) if tail else 1
+        tailed = dataclasses.replace(c, split_k=split, split_tail=True)
+        if split > 1 and useful_split(p.K, c.block_k, split) and tail_fits(p, tailed):
+            out.append(tailed)
+    return out
+
+
 def candidate_configs(p: Problem, interpreting: bool = False, kernels=("tma", "ptr")) -> list[MatmulConfig]:
     """What the autotuner times for this problem: the heuristic's pick first (among
     ``kernels``), then its neighbours from the tables; every one fits shared memory and the batch."""
@@ -288,6 +306,7 @@ def candidate_configs(p: Problem, interpreting: bool = False, kernels=("tma", "p
             for split, bn in H.TMA_SPLIT_CANDIDATES:
                 if useful_split(p.K, 64, split) and cdiv(p.K, split) >= H.TMA_SPLIT_CANDIDATE_MIN_SLICE:
                     cands.append(dataclasses.replace(H.SPLIT_K_BASE, block_n=bn, num_stages=3, split_k=split))
+        cands += _tail_candidates(p, [first, *cands])
     out = [first]
     for c in cands:
         if c not in out and fits(c, p.elem_bytes) and batch_fits(p, c):

@@ -70,6 +70,10 @@ TMA_CANDIDATES = [
 # each slice at least this long.
 TMA_SPLIT_CANDIDATES = [(split, bn) for split in (2, 4) for bn in (128, 256)]
 TMA_SPLIT_CANDIDATE_MIN_SLICE = 512
+# The autotuner's split_tail candidates (eager._tail_candidates) cut the last round's tiles in
+# at most this many slices. Not yet measured (2026-12-07): a starting bound, the grid's deepest
+# split for 128 x 128 tiles.
+TAIL_MAX_SPLIT = 8
 
 # --------------------------------------------------------- eager TMA kernel, skinny (decode)
 # Up to this many rows a product is decode-sized: weight-bandwidth bound (eager._skinny).

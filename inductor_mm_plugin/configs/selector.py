@@ -4,7 +4,9 @@ from the work it schedules, and the fastest estimate taken.
     time ~ c0 * rounds * k_steps + c1 * rounds + c2 + c3 * split-K partial MB
 
 ``rounds`` is the wave-quantized number of work items per SM (output tiles times K slices
-over the SMs, rounded up), ``k_steps`` the BLOCK_K steps of one slice: how long the busiest
+over the SMs, rounded up), ``k_steps`` the BLOCK_K steps of one slice (with ``split_tail``:
+the whole rounds' steps plus one slice's, and ``rounds`` those rounds plus the slices' one):
+how long the busiest
 SM computes, the step cost and the per-item cost being the config's own (tile shape, warps,
 stages, flattening, layout handled by the fit). The last term is the partials' round trip
 through the workspace. The pointer kernel is not persistent: ``per_sm`` of its programs
@@ -32,7 +34,7 @@ import warnings
 from typing import NamedTuple
 
 from .hopper import SKINNY_MAX_M  # the skinny grid's range: its tiles are M rows tall
-from .space import DEFAULT_NUM_SMS, MatmulConfig, Problem, cdiv, fits, pow2_ceil, useful_split
+from .space import DEFAULT_NUM_SMS, MatmulConfig, Problem, cdiv, fits, pow2_ceil, tail_fits, useful_split
 
 FEATURES = ["rounds * k_steps", "rounds", "1", "split-K partials (MB)"]
 MIN_POINTS = 5  # a config timed on fewer shapes gets no entry
@@ -54,6 +56,14 @@ class Entry(NamedTuple):
 
 
 def features(M: int, N: int, K: int, cfg: MatmulConfig, num_sms: int = DEFAULT_NUM_SMS, per_sm: int = 1) -> list[float]:
+    if cfg.split_tail:
+        # The whole rounds over all of K, then (where tiles are left) one round of slices.
+        n_tiles = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
+        whole_rounds, tail = divmod(n_tiles, num_sms)
+        k_full = cdiv(K, cfg.block_k)
+        k_steps = whole_rounds * k_full + (cdiv(k_full, cfg.split_k) if tail else 0)
+        partials = tail * cfg.block_m * cfg.block_n * cfg.split_k * 4 / 1e6
+        return [float(k_steps), float(whole_rounds + (tail > 0)), 1.0, partials]
     items = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n) * cfg.split_k
     rounds = cdiv(items, num_sms * per_sm)
     k_steps = cdiv(cdiv(K, cfg.block_k), cfg.split_k)
@@ -110,6 +120,8 @@ def select(p: Problem, entries: tuple[Entry, ...] | None = None, kernels=("tma",
         if cfg.kernel not in kernels or (unsplit and cfg.split_k > 1):
             continue
         if not (covers(p, e) and fits(cfg, p.elem_bytes) and useful_split(p.K, cfg.block_k, cfg.split_k)):
+            continue
+        if cfg.split_tail and not tail_fits(p, cfg):
             continue
         t = estimate_us(p, e) * (POINTER_MARGIN if cfg.kernel == "ptr" else 1.0)
         if best is None or t < best[0]:

@@ -33,6 +33,9 @@ class MatmulConfig:
     num_warps: int = 4
     num_stages: int = 3
     split_k: int = 1  # K is cut into this many slices, reduced in the kernel (ptr: single matrices)
+    # tma only: split only the tiles of the last, partial round over the SMs (``tail_tiles``);
+    # the full rounds before it run whole tiles.
+    split_tail: bool = False
     epilogue_subtile: bool = False  # tma only: store the tile as two BLOCK_N / 2 halves
     flatten: bool = False  # tma only: tl.range(flatten=True) over tiles and K steps
 
@@ -76,15 +79,17 @@ class MatmulConfig:
             v = getattr(self, name)
             if not least <= v <= most:
                 raise ValueError(f"MatmulConfig.{name} must be in [{least}, {most}], got {v}")
-        if self.kernel == "ptr" and (self.epilogue_subtile or self.flatten):
-            raise ValueError("epilogue_subtile and flatten apply to the 'tma' kernel only")
+        if self.kernel == "ptr" and (self.epilogue_subtile or self.flatten or self.split_tail):
+            raise ValueError("epilogue_subtile, flatten and split_tail apply to the 'tma' kernel only")
+        if self.split_tail and self.split_k == 1:
+            raise ValueError("split_tail needs split_k > 1 (the slices of the last round's tiles)")
 
     def short(self) -> str:
         s = f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages}"
         if self.group_m != 8:
             s += f" g{self.group_m}"
         if self.split_k > 1:
-            s += f" split{self.split_k}"
+            s += f" split{self.split_k}" + (" tail" if self.split_tail else "")
         if self.epilogue_subtile:
             s += " sub"
         if self.flatten:
@@ -198,9 +203,37 @@ def batch_fits(p: Problem, cfg: MatmulConfig) -> bool:
     return cfg.split_k == 1 and (not k_outer or p.K % cfg.block_k == 0)
 
 
+def whole_tiles(p: Problem, cfg: MatmulConfig) -> int:
+    """With ``split_tail``: the output tiles of the full rounds over the SMs, each one work
+    item over all of K (the tiles past them are split in ``split_k``); else 0."""
+    if not cfg.split_tail:
+        return 0
+    return tiles(p, cfg.block_m, cfg.block_n) // p.num_sms * p.num_sms
+
+
+def tail_fits(p: Problem, cfg: MatmulConfig) -> bool:
+    """Whether a ``split_tail`` config's split tiles make one round at most: every program then
+    runs the same whole tiles and one slice at most. False where there is no partial round."""
+    tail = tiles(p, cfg.block_m, cfg.block_n) - whole_tiles(p, cfg)
+    return cfg.split_tail and p.batch == 1 and 0 < tail * cfg.split_k <= p.num_sms
+
+
 def work_items(p: Problem, cfg: MatmulConfig) -> int:
-    """The TMA kernel's work items: output tiles times K slices."""
-    return tiles(p, cfg.block_m, cfg.block_n) * cfg.split_k
+    """The TMA kernel's work items: output tiles times K slices (the split tiles' slices only,
+    with ``split_tail``)."""
+    n = tiles(p, cfg.block_m, cfg.block_n)
+    whole = whole_tiles(p, cfg)
+    return whole + (n - whole) * cfg.split_k
+
+
+def tma_programs(p: Problem, cfg: MatmulConfig) -> int:
+    """The TMA kernel's program count. With ``split_tail``, one per SM when there are whole
+    tiles, so that each program runs the same number of them before its slice; else
+    ``persistent_programs``."""
+    items = work_items(p, cfg)
+    if cfg.split_tail and whole_tiles(p, cfg):
+        return p.num_sms
+    return persistent_programs(items, p.num_sms)
 
 
 def persistent_programs(items: int, programs: int) -> int:

@@ -67,7 +67,8 @@ def tma_template_configs(m: int, n: int, k: int, elem_bytes: int, dtype: str, a_
         # The store's layout conversion needs about a BLOCK_M x BLOCK_N output tile of shared
         # memory, which smem_bytes counts (half of that with the subtiled epilogue).
         subtile = cfg.block_m * cfg.block_n >= H.TEMPLATE_SUBTILE_FROM
-        cfg = dataclasses.replace(cfg, split_k=1, epilogue_subtile=subtile, flatten=cfg.flatten or cfg.split_k > 1)
+        cfg = dataclasses.replace(cfg, split_k=1, split_tail=False, epilogue_subtile=subtile,
+                                  flatten=cfg.flatten or cfg.split_k > 1)  # fmt: skip
         while smem_bytes(cfg, elem_bytes) > SMEM_BUDGET and cfg.num_stages > 2:
             cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
         if cfg.kernel == "tma" and smem_bytes(cfg, elem_bytes) <= SMEM_BUDGET and cfg not in out:

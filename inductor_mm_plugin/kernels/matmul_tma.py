@@ -37,6 +37,16 @@ Structure:
   loop form one software pipeline, so the next tile's loads overlap this tile's epilogue;
 * the descriptors are prefetched into the tensormap cache as the kernel starts
   (``PREFETCH``, ``_prefetch_descriptors``);
+* split-K on the last round only (``SPLIT_TAIL``): where the output tiles fill some whole
+  rounds over the SMs and part of one more, the whole rounds' tiles (``num_whole``, a
+  multiple of the program count) are one work item each over all of K, and only the last
+  round's tiles are cut into ``SPLIT_K`` slices, so that the last round fills the SMs with
+  shorter items instead of running a few tiles alone (512x4608 in 128x128 tiles: 144 tiles,
+  one round of 132 and 12 tiles left). The whole tiles run in the main loop (flattened where
+  ``FLATTEN``), the slices in a second loop after it; summed as split-K's, below. A
+  data-parallel plus split-K hybrid in the spirit of stream-K (Osama et al., 2023), with whole
+  slices and the data-parallel loop kept as it is (the stream-K kernel measured in
+  docs/performance.md ran its loop 10% slower even without partials);
 * split-K (``SPLIT_K > 1``): each work item computes one K slice; every slice stores its
   fp32 partial tile in a workspace and bumps the tile's counter; the last slice to arrive
   sums all the partials in slice order (so the result's bits do not depend on which slice
@@ -149,12 +159,71 @@ def _store_tile(
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-# num_programs varies with the shape (configs.persistent_programs): unspecialized, so that
-# 128 and 132 programs share one compiled kernel.
-@triton.jit(do_not_specialize=["num_programs"])
+@triton.jit
+def _accumulate(
+    a_desc, b_desc, bid, off_m, off_n, k_start, k_tiles, M, N, K,
+    A_KMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
+    INTERPRETER_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """One output tile's fp32 sum over ``k_tiles`` BLOCK_K steps from ``k_start``."""
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(k_tiles):
+        # Past K (the last slice may overhang) the descriptor reads zeros.
+        off_k = k_start + ki * BLOCK_K
+        if A_KMAJOR:
+            a = a_desc.load([bid * M + off_m, off_k])
+        else:
+            a = a_desc.load([bid * K + off_k, off_m]).T
+        if B_KMAJOR:
+            b = b_desc.load([bid * N + off_n, off_k]).T
+        else:
+            b = b_desc.load([bid * K + off_k, off_n])
+        if INTERPRETER_BF16:
+            # Interpreter only: its bf16 tl.dot multiplies raw bit patterns
+            # (triton-lang/triton#11584). The GPU path never sets this flag.
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        if SWAP_AB:
+            acc = tl.dot(_via_registers(tl.trans(b)), tl.trans(a), acc, input_precision=INPUT_PRECISION)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    if SWAP_AB:
+        acc = tl.trans(acc)
+    return acc
+
+
+@triton.jit
+def _finish_tile(
+    acc, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
+    alpha, beta, HAS_BIAS: tl.constexpr, BIAS_MODE: tl.constexpr, C_TMA: tl.constexpr, SCALE_ACC: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """The epilogue of a tile's whole sum: alpha, the bias, the store."""
+    if SCALE_ACC:
+        acc = acc * alpha
+    if EPILOGUE_SUBTILE:
+        # Two BLOCK_N / 2 halves: half the store buffer in shared memory.
+        SUB_N: tl.constexpr = BLOCK_N // 2
+        acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        acc0, acc1 = tl.split(acc3)
+        _store_tile(acc0, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
+                    stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
+        _store_tile(acc1, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n + SUB_N, M, N, stride_cm, stride_cn,
+                    stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
+    else:
+        _store_tile(acc, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
+                    stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, BLOCK_N)  # fmt: skip
+
+
+# num_programs and num_whole vary with the shape (configs.tma_programs, configs.whole_tiles):
+# unspecialized, so that 128 and 132 programs share one compiled kernel.
+@triton.jit(do_not_specialize=["num_programs", "num_whole"])
 def _matmul_kernel_tma(
     a_desc, b_desc, c_desc, c_ptr, bias_ptr, ws_ptr, lock_ptr,
-    M, N, K, k_per_split, BATCH, num_programs,
+    M, N, K, k_per_split, BATCH, num_programs, num_whole,
     stride_cb, stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta,
     A_KMAJOR: tl.constexpr,
@@ -169,59 +238,41 @@ def _matmul_kernel_tma(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    SPLIT_TAIL: tl.constexpr,  # split only the tiles past num_whole (the last, partial round)
     EPILOGUE_SUBTILE: tl.constexpr,
     FLATTEN: tl.constexpr,
     PREFETCH: tl.constexpr,  # descriptors to prefetch (_prefetch_descriptors): 0, 2 (A, B) or 3 (and C)
 ):  # fmt: skip
     _prefetch_descriptors(PREFETCH)
-    SUB_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
+    # The main loop's items: output tiles x K slices, or with SPLIT_TAIL whole tiles only.
+    ITEM_SPLIT: tl.constexpr = 1 if SPLIT_TAIL else SPLIT_K
 
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n  # per matrix
-    num_work = num_tiles * BATCH * SPLIT_K
-    k_tiles = tl.cdiv(k_per_split, BLOCK_K)
+    if SPLIT_TAIL:
+        num_work = num_whole
+        k_tiles = tl.cdiv(K, BLOCK_K)
+    else:
+        num_work = num_tiles * BATCH * SPLIT_K
+        k_tiles = tl.cdiv(k_per_split, BLOCK_K)
     # With FLATTEN the epilogue recomputes its tile from its own counter rather than carrying
     # the prologue's values across the flattened loop (as tutorial 09 does).
     work_c = start - num_programs
 
     for work in tl.range(start, num_work, num_programs, flatten=FLATTEN):
-        tile = work // SPLIT_K
-        k_start = (work % SPLIT_K) * k_per_split
+        tile = work // ITEM_SPLIT
+        k_start = (work % ITEM_SPLIT) * k_per_split
         bid, pid_m, pid_n = _work_coords(tile, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        if SWAP_AB:
-            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
-            # Past K (the last slice may overhang) the descriptor reads zeros.
-            off_k = k_start + ki * BLOCK_K
-            if A_KMAJOR:
-                a = a_desc.load([bid * M + off_m, off_k])
-            else:
-                a = a_desc.load([bid * K + off_k, off_m]).T
-            if B_KMAJOR:
-                b = b_desc.load([bid * N + off_n, off_k]).T
-            else:
-                b = b_desc.load([bid * K + off_k, off_n])
-            if INTERPRETER_BF16:
-                # Interpreter only: its bf16 tl.dot multiplies raw bit patterns
-                # (triton-lang/triton#11584). The GPU path never sets this flag.
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            if SWAP_AB:
-                acc = tl.dot(_via_registers(tl.trans(b)), tl.trans(a), acc, input_precision=INPUT_PRECISION)
-            else:
-                acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        if SWAP_AB:
-            acc = tl.trans(acc)
+        acc = _accumulate(a_desc, b_desc, bid, off_m, off_n, k_start, k_tiles, M, N, K, A_KMAJOR, B_KMAJOR,
+                          INPUT_PRECISION, SWAP_AB, INTERPRETER_BF16, BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
 
         if FLATTEN:
             work_c += num_programs
-            tile_c = work_c // SPLIT_K
+            tile_c = work_c // ITEM_SPLIT
             bid_c, pid_m, pid_n = _work_coords(tile_c, num_tiles, num_pid_m, num_pid_n, BATCH, GROUP_M)
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
@@ -235,20 +286,28 @@ def _matmul_kernel_tma(
         c_mat = c_ptr + bid_c.to(tl.int64) * stride_cb
 
         is_last = True
-        if SPLIT_K > 1:
-            acc, is_last = _split_k_sum(acc, ws_ptr, lock_ptr, tile_c, work_c % SPLIT_K, SPLIT_K, BLOCK_M, BLOCK_N)
-
+        if ITEM_SPLIT > 1:
+            acc, is_last = _split_k_sum(acc, ws_ptr, lock_ptr, tile_c, work_c % ITEM_SPLIT, ITEM_SPLIT, BLOCK_M,
+                                        BLOCK_N)  # fmt: skip
         if is_last:
-            if SCALE_ACC:
-                acc = acc * alpha
-            if EPILOGUE_SUBTILE:
-                # Two BLOCK_N / 2 halves: half the store buffer in shared memory.
-                acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-                acc0, acc1 = tl.split(acc3)
-                _store_tile(acc0, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
-                            stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
-                _store_tile(acc1, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n + SUB_N, M, N, stride_cm, stride_cn,
-                            stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
-            else:
-                _store_tile(acc, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
-                            stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, BLOCK_N)  # fmt: skip
+            _finish_tile(acc, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn, stride_biasm,
+                         stride_biasn, alpha, beta, HAS_BIAS, BIAS_MODE, C_TMA, SCALE_ACC, EPILOGUE_SUBTILE, BLOCK_M,
+                         BLOCK_N)  # fmt: skip
+
+    if SPLIT_TAIL:
+        # The last, partial round (single matrices): its tiles in SPLIT_K slices each, after the
+        # whole tiles above, so the loop above keeps its one trip count and its flattening.
+        # One slice per program where the slices fit the programs (configs.tail_fits).
+        for t in tl.range(start, (num_tiles - num_whole) * SPLIT_K, num_programs):
+            tile = num_whole + t // SPLIT_K
+            _, pid_m, pid_n = _work_coords(tile, num_tiles, num_pid_m, num_pid_n, 1, GROUP_M)
+            off_m = pid_m * BLOCK_M
+            off_n = pid_n * BLOCK_N
+            acc = _accumulate(a_desc, b_desc, 0, off_m, off_n, (t % SPLIT_K) * k_per_split, tl.cdiv(k_per_split, BLOCK_K),
+                              M, N, K, A_KMAJOR, B_KMAJOR, INPUT_PRECISION, SWAP_AB, INTERPRETER_BF16, BLOCK_M,
+                              BLOCK_N, BLOCK_K)  # fmt: skip
+            acc, is_last = _split_k_sum(acc, ws_ptr, lock_ptr, tile - num_whole, t % SPLIT_K, SPLIT_K, BLOCK_M, BLOCK_N)
+            if is_last:
+                _finish_tile(acc, c_desc, c_ptr, 0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn, stride_biasm,
+                             stride_biasn, alpha, beta, HAS_BIAS, BIAS_MODE, C_TMA, SCALE_ACC, EPILOGUE_SUBTILE,
+                             BLOCK_M, BLOCK_N)  # fmt: skip

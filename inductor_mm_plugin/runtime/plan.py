@@ -15,7 +15,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..configs import MatmulConfig, Problem, k_per_split, persistent_programs
+from ..configs import MatmulConfig, Problem, k_per_split, tma_programs, whole_tiles
 from ..interpreter import interpreting
 from ..kernels.matmul import _matmul_kernel
 from ..kernels.matmul_tma import _matmul_kernel_tma
@@ -88,7 +88,7 @@ class Plan:
                       INTERPRETER_BF16=flags.interpreter_bf16, **tile)  # fmt: skip
         if cfg.kernel == "tma":
             tf32 = flags.input_precision == "tf32" and not interpreting()
-            self.grid = (persistent_programs(self.num_tiles * cfg.split_k, p.num_sms),)
+            self.grid = (tma_programs(p, cfg),)
             # A stacked batch's TMA store would spill a partial tile into the next matrix.
             self.c_tma = layout.c_tma and (p.batch == 1 or p.M % cfg.block_m == 0)
             # Descriptors prefetched as the kernel starts (kernels/matmul_tma.py): A, B, and C
@@ -99,7 +99,7 @@ class Plan:
             self.consts = dict(
                 common, A_KMAJOR=layout.a_kmajor, B_KMAJOR=layout.b_kmajor, C_TMA=self.c_tma,
                 BIAS_MODE=flags.bias_mode, SWAP_AB=tf32 and layout.a_kmajor and not layout.b_kmajor,
-                SPLIT_K=cfg.split_k, EPILOGUE_SUBTILE=cfg.epilogue_subtile, FLATTEN=cfg.flatten, PREFETCH=prefetch,
+                SPLIT_K=cfg.split_k, SPLIT_TAIL=cfg.split_tail, EPILOGUE_SUBTILE=cfg.epilogue_subtile, FLATTEN=cfg.flatten, PREFETCH=prefetch,
             )  # fmt: skip
         else:
             self.grid = (self.num_tiles * cfg.split_k,)
@@ -116,7 +116,7 @@ class Plan:
         bsm, bsn = bias.stride()[-2:] if self.flags.has_bias else (0, 0)
         if cfg.kernel == "tma":
             mid = dict(M=p.M, N=p.N, K=p.K, k_per_split=k_per_split(p.K, cfg.block_k, cfg.split_k), BATCH=p.batch,
-                       num_programs=self.grid[0], stride_cb=out.stride(0) if out.dim() == 3 else 0,
+                       num_programs=self.grid[0], num_whole=whole_tiles(p, cfg), stride_cb=out.stride(0) if out.dim() == 3 else 0,
                        stride_cm=self.layout.ldc, stride_cn=out.stride()[-1], stride_biasm=bsm, stride_biasn=bsn)  # fmt: skip
             head = _TMA_HEAD
         else:
@@ -171,11 +171,12 @@ class Plan:
 
     def _split_k_buffers(self, stream: int):
         """Split-K's fp32 partials (uninitialized: every slice writes its own before any is
-        read) and its zeroed per-tile counters (split_k.py: reused, no memset)."""
+        read) and its zeroed per-tile counters (split_k.py: reused, no memset), for the tiles
+        that are split: all of them, or with ``split_tail`` those past the whole ones."""
         cfg = self.cfg
-        ws = torch.empty(self.num_tiles * cfg.split_k * cfg.block_m * cfg.block_n, dtype=torch.float32,
-                         device=self.device)  # fmt: skip
-        return ws, split_k.counters(self.device, self.num_tiles, stream)
+        split = self.num_tiles - (whole_tiles(self.problem, cfg) if cfg.kernel == "tma" else 0)
+        ws = torch.empty(split * cfg.split_k * cfg.block_m * cfg.block_n, dtype=torch.float32, device=self.device)
+        return ws, split_k.counters(self.device, split, stream)
 
     def operands(self, a, b, copy: bool = True):
         """The operands the kernel reads: ``a`` and ``b``, or their aligned copies (``copies``)."""
