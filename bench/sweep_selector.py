@@ -76,16 +76,15 @@ GRID = [
     T(128, 256, 64, 8, 8, 3, 4, sub=True),
     T(128, 128, 64, 8, 8, 4, 16, sub=True),
     T(64, 128, 64, 8, 4, 4, 4),
-    # Not yet swept (2026-12-07): the last round split, the full ones whole (split_tail), for
-    # tiles that fill one to a few rounds and part of one more (512x4608x3072: 144 tiles of
-    # 128x128, 0.65 of cuBLAS at best in the first sweep), on the flattened tiles that win the
-    # mid-size shapes, 8 warps (a 4-warp 128x128 tail ran 0.36-0.57 of its whole tile on the H100,
-    # 2026-12-07; 255 registers). Timed only where they apply (_tail_applies).
+    # The last round split, the full ones whole (split_tail), for tiles that fill one to a few
+    # rounds and part of one more, on the flattened tiles that win the mid-size shapes, 8 warps
+    # (a 4-warp 128x128 tail ran 0.36-0.57 of its whole tile, 255 registers), at most 4 slices
+    # (8 never beat the whole tile). Swept once, H100, 2026-12-07 (--tail-only, 55 shapes; rows
+    # in bench/results/archive): not in the H200 table. Timed only where they apply (_tail_applies).
     T(128, 256, 64, 8, 8, 3, 2, sub=True, flat=True, tail=True),
     T(128, 256, 64, 8, 8, 3, 4, sub=True, flat=True, tail=True),
     T(128, 128, 64, 8, 8, 4, 2, sub=True, flat=True, tail=True),
     T(128, 128, 64, 8, 8, 4, 4, sub=True, flat=True, tail=True),
-    T(128, 128, 64, 8, 8, 4, 8, sub=True, flat=True, tail=True),
 ]  # fmt: skip
 
 

@@ -33,7 +33,7 @@ class MatmulConfig:
     num_warps: int = 4
     num_stages: int = 3
     split_k: int = 1  # K is cut into this many slices, reduced in the kernel (ptr: single matrices)
-    # tma only: split only the tiles of the last, partial round over the SMs (``tail_tiles``);
+    # tma only: split only the tiles of the last, partial round over the SMs (past ``whole_tiles``);
     # the full rounds before it run whole tiles.
     split_tail: bool = False
     epilogue_subtile: bool = False  # tma only: store the tile as two BLOCK_N / 2 halves
