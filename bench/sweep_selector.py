@@ -42,7 +42,7 @@ from shapes import GRAPH_BELOW_US, _floor_us, shape_aligned
 from suites import model_shapes, random_shapes
 from sweep_configs import T, _deepest, _ptr_inductor, _skinny_configs, _skinny_rows, _spec
 
-from inductor_mm_plugin.configs import fits, selector
+from inductor_mm_plugin.configs import Problem, fits, selector, tail_fits
 from inductor_mm_plugin.configs.space import DEFAULT_NUM_SMS, cdiv, useful_split
 from inductor_mm_plugin.runtime.layout import pointer_hints
 
@@ -98,14 +98,11 @@ def configs_for(M: int, N: int, K: int, aligned: bool = True) -> list:
     return [c for c in grid if fits(c, 2) and useful_split(K, c.block_k, c.split_k) and _tail_applies(M, N, c)]
 
 
-def _tail_applies(M: int, N: int, cfg, sms: int = DEFAULT_NUM_SMS) -> bool:
-    """A split_tail config only where its tiles fill a whole round and part of the next, and
-    the split tiles' slices make one round at most (below a round it is plain split-K, which
-    the grid already has)."""
+def _tail_applies(M: int, N: int, cfg) -> bool:
+    """A split_tail config only where it applies (``configs.tail_fits``)."""
     if not getattr(cfg, "split_tail", False):
         return True
-    n = cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)
-    return n > sms and 0 < n % sms * cfg.split_k <= sms
+    return tail_fits(Problem(M, N, 1, 1, 2, "bfloat16", tma=True), cfg)
 
 
 def _skinny_deep_splits(M: int, N: int, sms: int = DEFAULT_NUM_SMS) -> list:

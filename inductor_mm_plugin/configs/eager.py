@@ -278,10 +278,10 @@ def _tail_candidates(p: Problem, cands: list[MatmulConfig]) -> list[MatmulConfig
     out = []
     for c in cands:
         # 8 warps: a 4-warp 128 x 128 tail ran 0.36-0.57 of its whole tile (H100, 2026-12-07).
-        if c.kernel != "tma" or c.split_k != 1 or c.num_warps < 8 or tiles(p, c.block_m, c.block_n) <= p.num_sms:
-            continue
         tail = tiles(p, c.block_m, c.block_n) % p.num_sms
-        split = min(H.TAIL_MAX_SPLIT, p.num_sms // tail) if tail else 1
+        if c.kernel != "tma" or c.split_k != 1 or c.num_warps < 8 or not tail:
+            continue
+        split = min(H.TAIL_MAX_SPLIT, p.num_sms // tail)
         tailed = dataclasses.replace(c, split_k=split, split_tail=True)
         if split > 1 and useful_split(p.K, c.block_k, split) and tail_fits(p, tailed):
             out.append(tailed)

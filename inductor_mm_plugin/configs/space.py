@@ -212,10 +212,12 @@ def whole_tiles(p: Problem, cfg: MatmulConfig) -> int:
 
 
 def tail_fits(p: Problem, cfg: MatmulConfig) -> bool:
-    """Whether a ``split_tail`` config's split tiles make one round at most: every program then
-    runs the same whole tiles and one slice at most. False where there is no partial round."""
-    tail = tiles(p, cfg.block_m, cfg.block_n) - whole_tiles(p, cfg)
-    return cfg.split_tail and p.batch == 1 and 0 < tail * cfg.split_k <= p.num_sms
+    """Whether a ``split_tail`` config applies: its tiles fill at least one whole round of the
+    SMs and part of one more (under a round it is plain split-K), and the split tiles' slices
+    make one round at most, so every program runs the same whole tiles and one slice at most."""
+    whole = whole_tiles(p, cfg)
+    tail = tiles(p, cfg.block_m, cfg.block_n) - whole
+    return cfg.split_tail and p.batch == 1 and whole > 0 and 0 < tail * cfg.split_k <= p.num_sms
 
 
 def work_items(p: Problem, cfg: MatmulConfig) -> int:

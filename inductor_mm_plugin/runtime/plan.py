@@ -174,7 +174,7 @@ class Plan:
         read) and its zeroed per-tile counters (split_k.py: reused, no memset), for the tiles
         that are split: all of them, or with ``split_tail`` those past the whole ones."""
         cfg = self.cfg
-        split = self.num_tiles - (whole_tiles(self.problem, cfg) if cfg.kernel == "tma" else 0)
+        split = self.num_tiles - whole_tiles(self.problem, cfg)
         ws = torch.empty(split * cfg.split_k * cfg.block_m * cfg.block_n, dtype=torch.float32, device=self.device)
         return ws, split_k.counters(self.device, split, stream)
 
