@@ -104,9 +104,13 @@ def test_no_table_or_a_broken_table_means_measure(table_here, tmp_path):
     assert shape_table.lookup("mm", [T(64, 4096), T(4096, 1024)]) is None
 
 
-def test_the_committed_h200_table_was_built_by_the_rule():
-    """The shipped table's verdicts follow from its own rows' numbers under today's thresholds."""
-    data = json.loads((shape_table.TABLES / "NVIDIA_H200.json").read_text())
+@pytest.mark.parametrize("path", sorted(shape_table.TABLES.glob("*.json")), ids=lambda p: p.stem)
+def test_every_committed_table_was_built_by_the_rule(path):
+    """Each shipped table's verdicts follow from its own rows' numbers under today's thresholds,
+    and its GPU has datasheet peaks (the floor a site is checked against)."""
+    data = json.loads(path.read_text())
+    assert shape_table._slug(data["gpu"]) == path.stem
+    assert data["gpu"] in shape_table.PEAKS
     for cls, entry in data["classes"].items():
         rebuilt = shape_table.build(rows(cls, entry["worst"], *([entry["best"]] * (entry["n"] - 1))))
         assert rebuilt[cls]["verdict"] == entry["verdict"], cls

@@ -29,7 +29,7 @@ from .selection import not_routed
 
 # Datasheet peaks (dense 16-bit FLOP/s, memory bytes/s) per table's GPU: no kernel runs a site
 # faster than its work at these rates (``floor_us``). Unknown GPUs: above any shipping part.
-PEAKS = {"NVIDIA H200": (989e12, 4.8e12)}
+PEAKS = {"NVIDIA H200": (989e12, 4.8e12), "NVIDIA H100 80GB HBM3": (989e12, 3.35e12)}
 _ANY_GPU_PEAKS = (2.5e15, 8e12)
 LOSES_BELOW = 1 / 1.02  # the best row of the class: below this, no row came near the margin
 WINS_ABOVE = 1.10  # the worst row of the class: above this, every row won clearly
