@@ -318,6 +318,31 @@ GROUPS = {
                 (8192, 768, 768), (3376, 5472, 10160), (8192, 2304, 3072), (512, 19008, 5120)],
         dtype="bf16", layouts=["linear"], graph=True, configs=_with_tails, per_shape=True,
     ),
+    # Many rows, few columns (M in the thousands, N 128-320; issue 31): the random suite's worst
+    # class, 0.40-0.75 of cuBLAS on both GPUs with the grid's 64-128-column tiles, whose last
+    # column of tiles is mostly empty (N = 160 in two 128-wide tiles). Narrow and tall tiles
+    # against the ones picked today.
+    "narrow_n": dict(
+        shapes=[(3384, 160, 2248), (2888, 152, 1368), (8192, 128, 3584), (12608, 320, 1280), (4544, 144, 11984),
+                (2048, 256, 3584), (6304, 256, 1024), (12608, 192, 768)],
+        dtype="bf16", layouts=["linear", "t_linear"], graph=True,
+        configs=[
+            T(64, 128, 64, 8, 4, 4, flat=True),
+            T(128, 128, 64, 8, 8, 4, sub=True, flat=True),
+            T(128, 64, 64, 8, 4, 4, flat=True),
+            T(64, 64, 64, 8, 4, 4, flat=True),
+            T(128, 64, 64, 8, 4, 4, 2),
+            T(64, 64, 64, 8, 4, 4, 2),
+            T(128, 32, 128, 8, 4, 4, flat=True),
+            T(128, 32, 64, 8, 4, 6, flat=True),
+            T(64, 32, 128, 8, 4, 5, flat=True),
+            T(128, 64, 128, 8, 4, 3, flat=True),
+            T(256, 64, 64, 8, 8, 4, flat=True),
+            T(256, 32, 64, 8, 8, 5, flat=True),
+            T(128, 32, 128, 8, 4, 4, 2),
+            T(256, 64, 64, 8, 8, 4, 2),
+        ],
+    ),
 }  # fmt: skip
 
 
