@@ -320,7 +320,8 @@ GROUPS = {
     ),
     # Many rows, few columns (M in the thousands, N 128-320; issue 31): the random suite's worst
     # class, 0.40-0.75 of cuBLAS on both GPUs with the grid's 64-128-column tiles, whose last
-    # column of tiles is mostly empty (N = 160 in two 128-wide tiles). Narrow and tall tiles
+    # column of tiles is mostly empty (N = 160 in two 128-wide tiles), and every column of
+    # tiles reads all of A again. Narrow and tall tiles, and tiles as wide as N split along K,
     # against the ones picked today.
     "narrow_n": dict(
         shapes=[(3384, 160, 2248), (2888, 152, 1368), (8192, 128, 3584), (12608, 320, 1280), (4544, 144, 11984),
@@ -341,6 +342,12 @@ GROUPS = {
             T(256, 32, 64, 8, 8, 5, flat=True),
             T(128, 32, 128, 8, 4, 4, 2),
             T(256, 64, 64, 8, 8, 4, 2),
+            # One column of tiles as wide as N, so A is read once, the SMs filled by splitting K.
+            T(64, 256, 64, 8, 8, 3, flat=True),
+            T(64, 256, 64, 8, 8, 3, 2),
+            T(64, 256, 64, 8, 8, 3, 4),
+            T(128, 256, 64, 8, 8, 3, 2, sub=True),
+            T(128, 256, 64, 8, 8, 3, 4, sub=True),
         ],
     ),
 }  # fmt: skip
