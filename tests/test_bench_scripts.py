@@ -637,3 +637,22 @@ def test_epilogue_block_with_floors_runs_end_to_end_on_the_cpu(monkeypatch):
     assert row["speedup"] == pytest.approx(1.3 / 1.2) and row["fused_over_bare"] == pytest.approx(1.1)
     assert row["bare_plugin_vs_cublas"] == pytest.approx(0.9) and row["cublaslt_over_bare"] == pytest.approx(0.95 / 0.9)
     assert row["rel_err"] < 3e-2 and row["fused_ms"] == 1.1
+
+
+def test_probe_overlap_checks_every_config_and_activation_on_the_cpu(tmp_path):
+    """bench/probe_overlap.py through the interpreter: every (config, activation) arm's output
+    against float64, one row written; a kernel computing the wrong activation is refused."""
+    import json
+
+    import probe_overlap
+    import torch.nn.functional as F
+
+    probe_overlap.main(["--device", "cpu", "--out", str(tmp_path), "--commit", "test"])
+    (row,) = [json.loads(line) for line in (tmp_path / "probe_overlap.jsonl").read_text().splitlines()]
+    assert len(row["err"]) == len(probe_overlap.CONFIGS) * len(probe_overlap.ACTS)
+    assert all(isinstance(e, float) and e < 1e-3 for e in row["err"].values()), row["err"]
+    torch.manual_seed(0)
+    x, w, bias = torch.randn(40, 64, dtype=torch.float16), torch.randn(72, 64, dtype=torch.float16), torch.randn(72)
+    z = x.double() @ w.double().T + bias.double()
+    _, err = probe_overlap._checked(x, w, bias.half(), (32, 32, 32, 4, 3, 2, True, False, False), "silu", 4, F.gelu(z))
+    assert isinstance(err, str) and err.startswith("wrong")

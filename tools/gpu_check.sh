@@ -8,7 +8,7 @@
 #   --out DIR        where everything goes (default: $OUT, else ./gpu-check-out)
 #   --tests ARGS     pytest arguments (default: -m gpu); --no-tests skips pytest
 #   --bench NAME     a benchmark to run after the tests, repeatable, in order; NAME is one of
-#                    mm bmm epilogue shapes models ab sweep selector swiglu (bench/<script>.py), with
+#                    mm bmm epilogue shapes models ab sweep selector swiglu overlap (bench/<script>.py), with
 #                    extra arguments after a colon: --bench "shapes:--suite random" --bench "ab:--base 0ceed64"
 #   --timeout S      seconds per benchmark (default 540) and for pytest (default 900)
 #   --parallel       with two or more GPUs: the tests on GPU 0 while the benchmarks run on GPU 1
@@ -70,7 +70,7 @@ script_of() {
     mm) echo bench/bench_mm.py ;; bmm) echo bench/bench_bmm.py ;; epilogue) echo bench/bench_epilogue.py ;;
     shapes) echo bench/shapes.py ;; models) echo bench/models.py ;; ab) echo bench/ab.py ;;
     sweep) echo bench/sweep_configs.py ;; selector) echo bench/sweep_selector.py ;;
-    swiglu) echo bench/sweep_swiglu.py ;; *) return 1 ;;
+    swiglu) echo bench/sweep_swiglu.py ;; overlap) echo bench/probe_overlap.py ;; *) return 1 ;;
   esac
 }
 
