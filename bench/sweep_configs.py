@@ -176,6 +176,26 @@ def _with_tails(shape, sms=132, most=8):
     return out
 
 
+def _even(items: int, sms: int) -> bool:
+    return items <= 2 * sms or (items <= 4 * sms and (items % sms == 0 or items % sms >= 0.8 * sms))
+
+
+def _balanced_splits(shape, sms=132, most=8):
+    """Each tile whole, and split K 2 to ``most`` ways wherever the slices keep at least 4 K
+    steps each and fill the SMs evenly (at most two rounds, or up to four with the last round
+    at least 80% full): an even share of K per SM for shapes under one wave of tiles, where
+    the grid has only splits 2, 4 and 8 of some tiles."""
+    out = []
+    for c in (T(128, 256, 64, 8, 8, 3, sub=True, flat=True), T(128, 128, 64, 8, 8, 4, sub=True, flat=True),
+              T(64, 128, 64, 8, 4, 4, flat=True), T(128, 64, 64, 8, 4, 4, flat=True)):  # fmt: skip
+        out.append(c)
+        tiles = -(-shape[0] // c.block_m) * -(-shape[1] // c.block_n)
+        steps = -(-shape[2] // c.block_k)
+        out += [T(c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, split, sub=c.epilogue_subtile)
+                for split in range(2, most + 1) if steps // split >= 4 and _even(tiles * split, sms)]  # fmt: skip
+    return out
+
+
 GROUPS = {
     "llm": dict(
         shapes=[(4096, 4096, 4096), (2048, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336), (16384, 6144, 4096)],
@@ -349,6 +369,14 @@ GROUPS = {
             T(128, 256, 64, 8, 8, 3, 2, sub=True),
             T(128, 256, 64, 8, 8, 3, 4, sub=True),
         ],
+    ),
+    # Under one wave of tiles, most with a long K (issue 31): 13 of the 25 aligned shapes whose
+    # best grid config ran under 0.76 of cuBLAS in the selector's H200 sweep (docs/performance.md,
+    # "What the aligned tail is made of"). Every split from 2 to 8 that fits two rounds.
+    "balance": dict(
+        shapes=[(512, 5120, 13824), (512, 4608, 3072), (512, 2560, 5120), (152, 1008, 9832), (144, 1808, 15184),
+                (1040, 1152, 25120), (1936, 888, 22488), (512, 1792, 3584)],
+        dtype="bf16", layouts=["linear"], graph=True, configs=_balanced_splits, per_shape=True,
     ),
 }  # fmt: skip
 
