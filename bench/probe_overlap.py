@@ -19,7 +19,8 @@ Per shape and config: the bare tile (bias only) and the tile with GELU (and SiLU
 (CUDA graphs), against cuBLAS's Linear, cuBLASLt's bias+GELU (``torch._addmm_activation``) and
 aten's Linear then GELU, in interleaved rounds. Each output is checked against float64 first
 (NaN-poisoned). One JSONL row per shape to ``probe_overlap.jsonl``: ``us`` and ``vs_cublas``
-per arm, ``over_bare`` per config and activation, ``err``.
+per arm, ``over_bare`` per config and activation, ``err``, and each kernel's registers, spills and
+shared memory (``resources``).
 """
 
 from __future__ import annotations
@@ -112,11 +113,21 @@ def linear_act(x, w, bias, out, cfg, act, num_sms):
     programs = min(triton.cdiv(M, bm) * triton.cdiv(N, bn), num_sms * per_sm)
 
     def call():
-        _linear_act_kernel[(programs,)](a_desc, b_desc, out, bias, M, N, K, out.stride(0), programs, act, bm, bn, bk,
-                                        flatten, ws, subtile, num_warps=warps, num_stages=stages)  # fmt: skip
+        call.kernel = _linear_act_kernel[(programs,)](a_desc, b_desc, out, bias, M, N, K, out.stride(0), programs, act,
+                                                      bm, bn, bk, flatten, ws, subtile, num_warps=warps,
+                                                      num_stages=stages)  # fmt: skip
         return out
 
     return call
+
+
+def resources(call) -> dict:
+    """Registers per thread, spills and shared memory of the kernel a call launched: whether
+    two programs fit on an SM (65,536 registers, 227 KB) is the probe's premise."""
+    kernel = getattr(call, "kernel", None)
+    if kernel is None or not hasattr(kernel, "n_regs"):
+        return {}
+    return {"regs": kernel.n_regs, "spills": kernel.n_spills, "smem": kernel.metadata.shared}
 
 
 def _checked(x, w, bias, cfg, act, num_sms, reference) -> tuple:
@@ -145,7 +156,8 @@ def probe_shape(M, N, K, dtype, rounds, device, configs=CONFIGS) -> dict:
             errors[f"{name} {act}"] = err
             if call is not None:
                 arms[f"{name} {act}"] = call
-    row = dict(M=M, N=N, K=K, dtype=str(dtype).removeprefix("torch."), err=errors)
+    row = dict(M=M, N=N, K=K, dtype=str(dtype).removeprefix("torch."), err=errors,
+               resources={name: resources(call) for name, call in arms.items()})
     if device != "cuda":
         return row
     arms = {"cublas": lambda: F.linear(x, w, bias),
@@ -186,6 +198,8 @@ def main(argv=None):
             if us is not None:
                 line += f"  {us:8.1f} us  cuBLAS / this {row['vs_cublas'][name]:.3f}"
                 line += f"  over bare {row['over_bare'][name]:.3f}" if name in row["over_bare"] else ""
+                line += "  {regs} regs, {spills} spills, {smem} B shared".format(**row["resources"][name]) \
+                    if row["resources"].get(name) else ""
             print(line, flush=True)
         for name in ("cublas", "cublaslt gelu (tanh)", "aten linear, gelu"):
             if name in row.get("us", {}):
