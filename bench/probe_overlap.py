@@ -40,15 +40,8 @@ import triton.language as tl
 from _timing import add_common_args, append_jsonl, header, median, ratios, require_cuda, run_meta
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from inductor_mm_plugin.kernels.matmul import _tile_coords  # the kernels' grouped tile order
 from inductor_mm_plugin.runtime import benchmarking
-
-
-@triton.jit
-def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    per_group = GROUP_M * num_pid_n
-    first_m = (tile // per_group) * GROUP_M
-    size_m = min(num_pid_m - first_m, GROUP_M)
-    return first_m + (tile % per_group) % size_m, (tile % per_group) // size_m
 
 
 @triton.jit
