@@ -177,6 +177,7 @@ def _with_tails(shape, sms=132, most=8):
 
 
 def _even(items: int, sms: int) -> bool:
+    """Whether ``items`` work items fill ``sms`` SMs evenly enough to time (``_balanced_splits``)."""
     return items <= 2 * sms or (items <= 4 * sms and (items % sms == 0 or items % sms >= 0.8 * sms))
 
 
@@ -372,7 +373,7 @@ GROUPS = {
     ),
     # Under one wave of tiles, most with a long K (issue 31): 13 of the 25 aligned shapes whose
     # best grid config ran under 0.76 of cuBLAS in the selector's H200 sweep (docs/performance.md,
-    # "What the aligned tail is made of"). Every split from 2 to 8 that fits two rounds.
+    # "What the aligned tail is made of"). Every split from 2 to 8 that fills the SMs evenly.
     "balance": dict(
         shapes=[(512, 5120, 13824), (512, 4608, 3072), (512, 2560, 5120), (152, 1008, 9832), (144, 1808, 15184),
                 (1040, 1152, 25120), (1936, 888, 22488), (512, 1792, 3584)],
