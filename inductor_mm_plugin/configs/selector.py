@@ -7,10 +7,10 @@ from the work it schedules, and the fastest estimate taken.
 over the SMs, rounded up), ``k_steps`` the BLOCK_K steps of one slice (with ``split_tail``:
 the whole rounds' steps plus one slice's, and ``rounds`` those rounds plus the slices' one):
 how long the busiest SM computes, the step cost and the per-item cost being the config's own
-(tile shape, warps, stages, flattening, layout handled by the fit). The last term is the partials' round trip
-through the workspace. The pointer kernel is not persistent: ``per_sm`` of its programs
-share an SM at once, a number fitted with the coefficients (the one of 1-4 that fits best);
-the TMA kernel runs one program per SM.
+(tile shape, warps, stages, flattening, layout handled by the fit). The last term is the
+partials' round trip through the workspace. The pointer kernel is not persistent: ``per_sm``
+of its programs share an SM at once, a number fitted with the coefficients (the one of 1-4
+that fits best); the TMA kernel runs one program per SM.
 
 The coefficients are fitted per config, by least squares on relative
 error, to ``bench/sweep_selector.py`` over drawn shapes (random and real models' shapes,
