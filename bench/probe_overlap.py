@@ -44,23 +44,67 @@ from inductor_mm_plugin.kernels.matmul import _tile_coords  # the kernels' group
 from inductor_mm_plugin.runtime import benchmarking
 
 
+# log(erfcx(a)) on [0, 4] as a degree-10 polynomial in a - 2 (near-minimax on absolute error,
+# fitted in float64; 3.6e-7 evaluated in float32): erfc(a) = exp(-a^2 + Q(a)) with one ex2.
+_Q = (-1.36494124, -0.418159962, 0.0762483999, -0.0164693296, 0.00357270753, -0.000726536207, 0.00013342085,
+      -2.40024874e-05, 2.7987569e-06, 9.89686214e-07, -3.51833222e-07)  # fmt: skip
+
+
 @triton.jit
-def _bias_act_store(acc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, ACT: tl.constexpr, BM: tl.constexpr,
-                    BN: tl.constexpr):  # fmt: skip
+def _gelu_poly(x):
+    """Exact (erf) GELU with one MUFU op: x * (1 - erfc(u) / 2) for u = x / sqrt(2) >= 0, x * erfc(-u) / 2
+    below, erfc from ``_Q``. Max relative error 1.7e-6 in float32 where |GELU| > 1e-3 (0.5 x (1 + erf)
+    in float32: 5.1e-5)."""
+    u = x * 0.7071067811865476
+    s = tl.minimum(tl.abs(u), 4.0) - 2.0
+    q = -3.51833222e-07 * s + 9.89686214e-07
+    q = q * s + 2.7987569e-06
+    q = q * s - 2.40024874e-05
+    q = q * s + 0.00013342085
+    q = q * s - 0.000726536207
+    q = q * s + 0.00357270753
+    q = q * s - 0.0164693296
+    q = q * s + 0.0762483999
+    q = q * s - 0.418159962
+    q = q * s - 1.36494124
+    half_erfc = 0.5 * tl.exp2((q - u * u) * 1.4426950408889634)
+    return tl.where(u >= 0, x - x * half_erfc, x * half_erfc)
+
+
+@triton.jit
+def _tanh(x, ASM: tl.constexpr):
+    if ASM:  # one MUFU op, relative error 2^-11 (what cuBLASLt's tanh GELU can use)
+        return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                         pack=1)  # fmt: skip
+    else:  # the interpreter runs no PTX
+        return 2 * tl.sigmoid(2 * x) - 1
+
+
+@triton.jit
+def _bias_act_store(acc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, ACT: tl.constexpr, ASM: tl.constexpr,
+                    BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
     offs_m = off_m + tl.arange(0, BM)
     offs_n = off_n + tl.arange(0, BN)
     x = acc + tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :].to(tl.float32)
     if ACT == "gelu":  # as Inductor writes nn.GELU()
         x = 0.5 * x * (1 + tl.math.erf(x * 0.7071067811865476))
+    elif ACT == "gelu_poly":
+        x = _gelu_poly(x)
+    elif ACT == "gelu_tanh":  # nn.GELU(approximate="tanh")
+        x = 0.5 * x * (1 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x), ASM))
+    elif ACT == "relu":
+        x = tl.maximum(x, 0.0)
     elif ACT == "silu":
         x = x * tl.sigmoid(x)
+    elif ACT == "silu_tanh":
+        x = 0.5 * x * (1 + _tanh(0.5 * x, ASM))
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], x.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _linear_act_kernel(a_desc, b_desc, c_ptr, bias_ptr, M, N, K, stride_cm, NUM_PROGRAMS: tl.constexpr,
-                       ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       ACT: tl.constexpr, ASM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        FLATTEN: tl.constexpr, WS: tl.constexpr, SUBTILE: tl.constexpr):  # fmt: skip
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -75,11 +119,11 @@ def _linear_act_kernel(a_desc, b_desc, c_ptr, bias_ptr, M, N, K, stride_cm, NUM_
             acc = tl.dot(a, b, acc)
         if SUBTILE:  # two BLOCK_N / 2 halves, as the template stores 128 x 256 tiles
             acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-            _bias_act_store(acc0, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, ACT, BLOCK_M, BLOCK_N // 2)
-            _bias_act_store(acc1, c_ptr, bias_ptr, off_m, off_n + BLOCK_N // 2, M, N, stride_cm, ACT, BLOCK_M,
+            _bias_act_store(acc0, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, ACT, ASM, BLOCK_M, BLOCK_N // 2)
+            _bias_act_store(acc1, c_ptr, bias_ptr, off_m, off_n + BLOCK_N // 2, M, N, stride_cm, ACT, ASM, BLOCK_M,
                             BLOCK_N // 2)  # fmt: skip
         else:
-            _bias_act_store(acc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, ACT, BLOCK_M, BLOCK_N)
+            _bias_act_store(acc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, ACT, ASM, BLOCK_M, BLOCK_N)
 
 
 # name: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, programs per SM, flatten, warp-specialized, subtiled store).
@@ -93,7 +137,10 @@ CONFIGS = {
     "128x128 w8 s3 2/SM flat": (128, 128, 64, 8, 3, 2, True, False, False),
     "128x128 w8 s3 2/SM ws": (128, 128, 64, 8, 3, 2, False, True, False),
 }
-ACTS = ("none", "gelu", "silu")
+# Activations: Inductor's own formulas (gelu: erf, silu: sigmoid), and cheaper ones in MUFU ops (the SM's
+# 16 special-function results per clock, against 128 FMAs): the erf GELU with one ex2, the tanh GELU and
+# SiLU with one tanh.approx, and ReLU (no MUFU op).
+ACTS = ("none", "relu", "gelu", "gelu_poly", "gelu_tanh", "silu", "silu_tanh")
 SHAPES = [(8192, 14336, 4096), (12608, 3072, 768)]  # Llama-3-8B's up-projection; ViT-B's fc1 at batch 64
 
 
@@ -107,6 +154,7 @@ def linear_act(x, w, bias, out, cfg, act, num_sms):
 
     def call():
         call.kernel = _linear_act_kernel[(programs,)](a_desc, b_desc, out, bias, M, N, K, out.stride(0), programs, act,
+                                                      x.is_cuda,
                                                       bm, bn, bk, flatten, ws, subtile, num_warps=warps,
                                                       num_stages=stages)  # fmt: skip
         return out
@@ -135,16 +183,17 @@ def _checked(x, w, bias, cfg, act, num_sms, reference) -> tuple:
     return (call, err) if err < 1e-2 else (None, f"wrong: error {err:.2e}")
 
 
-def probe_shape(M, N, K, dtype, rounds, device, configs=CONFIGS) -> dict:
+def probe_shape(M, N, K, dtype, rounds, device, configs=CONFIGS, acts=ACTS) -> dict:
     x = torch.randn(M, K, device=device, dtype=dtype)
     w = torch.randn(N, K, device=device, dtype=dtype) / K**0.5
     bias = torch.randn(N, device=device, dtype=dtype)
     z = x.double() @ w.double().T + bias.double()
-    references = {"none": z, "gelu": F.gelu(z), "silu": F.silu(z)}
+    references = {"none": z, "relu": F.relu(z), "gelu": F.gelu(z), "gelu_poly": F.gelu(z),
+                  "gelu_tanh": F.gelu(z, approximate="tanh"), "silu": F.silu(z), "silu_tanh": F.silu(z)}
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 4
     arms, errors = {}, {}
     for name, cfg in configs.items():
-        for act in ACTS:
+        for act in acts:
             call, err = _checked(x, w, bias, cfg, act, num_sms, references[act])
             errors[f"{name} {act}"] = err
             if call is not None:
@@ -160,7 +209,7 @@ def probe_shape(M, N, K, dtype, rounds, device, configs=CONFIGS) -> dict:
     row["us"] = {name: median(t) for name, t in times.items()}
     row["vs_cublas"] = {name: median(ratios(times, "cublas", name)) for name in times}
     row["over_bare"] = {f"{name} {act}": median(ratios(times, f"{name} {act}", f"{name} none"))
-                        for name in configs for act in ACTS[1:]
+                        for name in configs for act in acts if act != "none"
                         if f"{name} {act}" in times and f"{name} none" in times}  # fmt: skip
     return row
 
@@ -169,6 +218,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: each config's results checked on small shapes through Triton's interpreter, no timing")
+    p.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), metavar="NAME",
+                   help="the kernel configs to time (default: all)")
+    p.add_argument("--acts", nargs="+", choices=ACTS, default=list(ACTS), help="the activations (default: all)")
     add_common_args(p, "probe_overlap.jsonl", rounds=5)
     args = p.parse_args(argv)
     cpu = args.device == "cpu"
@@ -179,10 +231,12 @@ def main(argv=None):
     # The interpreter's bf16 dot multiplies raw bit patterns (triton-lang/triton#11584): fp16 there.
     dtype = torch.float16 if cpu else torch.bfloat16
     shapes = [(70, 200, 96)] if cpu else SHAPES
-    configs = {k: (32, 64 if v[1] == 256 else 32, 32, *v[3:]) for k, v in CONFIGS.items()} if cpu else CONFIGS
+    configs = {k: CONFIGS[k] for k in args.configs}
+    configs = {k: (32, 64 if v[1] == 256 else 32, 32, *v[3:]) for k, v in configs.items()} if cpu else configs
+    acts = ["none", *(a for a in args.acts if a != "none")]
     for M, N, K in shapes:
         torch.manual_seed(0)
-        row = probe_shape(M, N, K, dtype, args.rounds, args.device, configs)
+        row = probe_shape(M, N, K, dtype, args.rounds, args.device, configs, acts)
         append_jsonl(pathlib.Path(args.out) / "probe_overlap.jsonl", [row], meta)
         print(f"\n{M} x {K} -> {N} {row['dtype']}, bias + activation", flush=True)
         for name, err in row["err"].items():
