@@ -44,17 +44,13 @@ from inductor_mm_plugin.kernels.matmul import _tile_coords  # the kernels' group
 from inductor_mm_plugin.runtime import benchmarking
 
 
-# log(erfcx(a)) on [0, 4] as a degree-10 polynomial in a - 2 (near-minimax on absolute error,
-# fitted in float64; 3.6e-7 evaluated in float32): erfc(a) = exp(-a^2 + Q(a)) with one ex2.
-_Q = (-1.36494124, -0.418159962, 0.0762483999, -0.0164693296, 0.00357270753, -0.000726536207, 0.00013342085,
-      -2.40024874e-05, 2.7987569e-06, 9.89686214e-07, -3.51833222e-07)  # fmt: skip
-
-
 @triton.jit
 def _gelu_poly(x):
     """Exact (erf) GELU with one MUFU op: x * (1 - erfc(u) / 2) for u = x / sqrt(2) >= 0, x * erfc(-u) / 2
-    below, erfc from ``_Q``. Max relative error 1.7e-6 in float32 where |GELU| > 1e-3 (0.5 x (1 + erf)
-    in float32: 5.1e-5)."""
+    below, with erfc(a) = exp(-a^2 + Q(a)) and Q = log(erfcx) on [0, 4] as a degree-10 polynomial in
+    a - 2 (near-minimax on absolute error, fitted in float64 with scipy; 3.6e-7 evaluated in float32).
+    Max relative error 1.7e-6 in float32 where |GELU| > 1e-3 (0.5 x (1 + erf) in float32: 5.1e-5;
+    tests/test_bench_scripts.py checks 4e-6)."""
     u = x * 0.7071067811865476
     s = tl.minimum(tl.abs(u), 4.0) - 2.0
     q = -3.51833222e-07 * s + 9.89686214e-07
