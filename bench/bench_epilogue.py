@@ -22,6 +22,7 @@ the markdown table (``--md FILE`` writes it too).
 from __future__ import annotations
 
 import argparse
+import copy
 import pathlib
 import sys
 import time
@@ -120,8 +121,41 @@ def time_arms(name, x, arms: dict[str, tuple], n_rounds=3, max_err=3e-2):
 # by cuBLAS and by the plugin (its extern kernel: ``compete=False`` routes a site with no
 # epilogue there); the block with its activation fused into the plugin's template (where
 # ``compete=False`` routes a site with one); and cuBLASLt's own bias+GELU epilogue
-# (``torch._addmm_activation``, tanh GELU), the bar the issue sets.
+# (``torch._addmm_activation``, tanh GELU), the bar the issue sets. A GELU block also runs
+# fused with its GELU written as ``gelu_one_exp``.
 FORCED = dict(select="all", compete=False)
+
+# Q(a) = log(erfcx(a)) on [0, 4], degree 10 in a - 2, lowest power first: probe_overlap.py's
+# ``_gelu_poly`` (its docstring says how it was fitted).
+GELU_Q = (-1.36494124, -0.418159962, 0.0762483999, -0.0164693296, 0.00357270753, -0.000726536207, 0.00013342085,
+          -2.40024874e-05, 2.7987569e-06, 9.89686214e-07, -3.51833222e-07)  # fmt: skip
+
+
+def gelu_one_exp(x: torch.Tensor) -> torch.Tensor:
+    """The exact (erf) GELU in torch ops with one exp: x (1 - erfc(u) / 2) for u = x / sqrt(2) >= 0,
+    x erfc(-u) / 2 below, erfc(a) = exp(Q(a) - a^2). Inductor writes ``libdevice.erf`` for
+    ``F.gelu`` (an erf's polynomials on both sides of its branch, per element); fused into the
+    template's epilogue this is one ``libdevice.exp`` and a Horner chain: what an epilogue of the
+    plugin's own would cost (issue 32). Computed in float32 as Inductor computes GELU."""
+    xf = x.float()
+    u = xf * 0.7071067811865476
+    s = u.abs().clamp_max(4.0) - 2.0
+    q = torch.full_like(s, GELU_Q[-1])
+    for c in GELU_Q[-2::-1]:
+        q = q * s + c
+    half_erfc = 0.5 * torch.exp(q - u * u)
+    return torch.where(u >= 0, xf - xf * half_erfc, xf * half_erfc).to(x.dtype)
+
+
+def generated_kernels(fn, x) -> int:
+    """How many kernels Inductor generated for ``fn`` (Triton's, or C++ on the CPU), counted in
+    its output code at the first call, which compiles it: 1 where a Linear's epilogue is fused
+    into the template."""
+    from torch._inductor.utils import run_and_get_code
+
+    with torch.no_grad():
+        _, codes = run_and_get_code(fn, x)
+    return sum(c.count("async_compile.triton(") + c.count("async_compile.cpp") for c in codes)
 
 
 def floor_arms(model, plugin) -> dict[str, tuple]:
@@ -135,6 +169,9 @@ def floor_arms(model, plugin) -> dict[str, tuple]:
     if model.act is F.gelu:
         arms["cublaslt_gelu"] = (lambda x: torch._addmm_activation(lin.bias, x, lin.weight.t(), use_gelu=True),
                                  lambda x: F.gelu(lin(x), approximate="tanh"))  # fmt: skip
+        one_exp = copy.copy(model)  # the same Linear; its own act
+        one_exp.act = gelu_one_exp
+        arms["fused_one_exp"] = (torch.compile(one_exp, backend=plugin, options=FORCED), model)
     return arms
 
 
@@ -152,6 +189,11 @@ def floor_fields(times: dict[str, list[float]]) -> dict:
     if "cublaslt_gelu" in times:
         row["cublaslt_over_bare"] = median(ratios(times, "cublaslt_gelu", "bare_cublas"))
         row["fused_vs_cublaslt"] = median(ratios(times, "cublaslt_gelu", "fused"))
+    if "fused_one_exp" in times:
+        row["fused_one_exp_ms"] = median(times["fused_one_exp"])
+        row["fused_one_exp_over_bare"] = median(ratios(times, "fused_one_exp", "bare_plugin"))
+        row["fused_one_exp_vs_stock"] = median(ratios(times, "stock", "fused_one_exp"))
+        row["fused_one_exp_vs_fused"] = median(ratios(times, "fused", "fused_one_exp"))
     return row
 
 
@@ -162,8 +204,13 @@ def bench_block(name, model, x, max_autotune, n_rounds=3, floors=False):
     arms = {"plugin": (torch.compile(model, backend=plugin), model), "stock": (torch.compile(model), model)}
     if max_autotune:
         arms["max_autotune"] = (torch.compile(model, mode="max-autotune-no-cudagraphs"), model)
+    kernels = {}
     if floors and isinstance(model, LinearAct):
-        arms.update(floor_arms(model, plugin))
+        floor = floor_arms(model, plugin)
+        # Compiled here, before time_arms (whose compile times for these arms then read cache hits).
+        kernels = {f"{arm}_kernels": generated_kernels(floor[arm][0], x) for arm in ("fused", "fused_one_exp")
+                   if arm in floor}  # fmt: skip
+        arms.update(floor)
     times, compile_s, err = time_arms(name, x, arms, n_rounds)
     speedups = ratios(times, "stock", "plugin")
     row = {"block": name, "plugin_ms": median(times["plugin"]), "stock_ms": median(times["stock"]),
@@ -175,7 +222,7 @@ def bench_block(name, model, x, max_autotune, n_rounds=3, floors=False):
                    speedup_vs_max_autotune=median(ratios(times, "max_autotune", "plugin")),
                    max_autotune_compile_s=compile_s["max_autotune"])  # fmt: skip
     if "fused" in times:
-        row.update(floor_fields(times))
+        row.update(floor_fields(times), **kernels)
     return row
 
 
@@ -277,6 +324,16 @@ def to_markdown(args, meta, rows, block) -> str:
                       f"{r['fused_vs_stock']:.3f} | {lt[2]} |")  # fmt: skip
         over = [r for r in floored if r["fused_over_bare"] > 1.05]
         md += ["", f"Fused over bare above 1.05 on {len(over)} of {len(floored)} blocks."]
+        one_exp = [r for r in floored if "fused_one_exp_ms" in r]
+        if one_exp:
+            md += ["", "GELU written with one exp (`gelu_one_exp`) in the fused epilogue; kernels Inductor generated "
+                       "for each fused arm (1: the epilogue is in the template).", "",
+                   "| block | M | hidden | ffn | fused ms | one-exp ms | one-exp / bare | one-exp vs fused | one-exp vs stock "
+                   "| kernels (fused, one-exp) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            md += [f"| {r['block']} | {r['M']} | {r['hidden']} | {r['ffn']} | {r['fused_ms']:.3f} | "
+                   f"{r['fused_one_exp_ms']:.3f} | {r['fused_one_exp_over_bare']:.3f} | {r['fused_one_exp_vs_fused']:.3f} | "
+                   f"{r['fused_one_exp_vs_stock']:.3f} | {r.get('fused_kernels', '-')}, {r.get('fused_one_exp_kernels', '-')} |"
+                   for r in one_exp]  # fmt: skip
     if rows:
         md += ["", f"Suite{part} geomean vs stock default: {summary['geomean_vs_stock']:.3f}; "
                    f"smallest speedup with K ≤ 2048: {summary['min_k_le_2048_vs_stock']:.3f}"

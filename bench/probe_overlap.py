@@ -15,7 +15,11 @@ stores) rather than on the package's kernels, so that the probe changes nothing 
 * Triton's warp specialization (``tl.range(..., warp_specialize=True)``): loads in their own
   warps.
 
-Per shape and config: the bare tile (bias only) and the tile with GELU (and SiLU), in GPU time
+Neither hid it on the H100 (docs/performance.md, "Device runs (2026-12-07, eighth session)"):
+the cost is the activation's own MUFU and FMA work. So ``--acts`` also times cheaper forms:
+an exact GELU with one ex2 (``_gelu_poly``), GELU and SiLU with one ``tanh.approx``, and ReLU.
+
+Per shape and config: the bare tile (bias only) and the tile with each activation, in GPU time
 (CUDA graphs), against cuBLAS's Linear, cuBLASLt's bias+GELU (``torch._addmm_activation``) and
 aten's Linear then GELU, in interleaved rounds. Each output is checked against float64 first
 (NaN-poisoned). One JSONL row per shape to ``probe_overlap.jsonl``: ``us`` and ``vs_cublas``

@@ -530,19 +530,22 @@ def test_epilogue_floors_pair_each_round_and_report_the_bar():
     # Round 2 ran with the GPU's clock down (every arm slower): per-round pairing keeps it out.
     times = {"stock": [1.30, 2.60, 1.31], "plugin": [1.20, 2.40, 1.21], "fused": [1.10, 2.30, 1.09],
              "bare_plugin": [1.00, 2.00, 1.00], "bare_cublas": [0.95, 1.90, 0.96],
-             "cublaslt_gelu": [1.02, 2.04, 1.03]}  # fmt: skip
+             "cublaslt_gelu": [1.02, 2.04, 1.03], "fused_one_exp": [1.04, 2.08, 1.05]}  # fmt: skip
     row = bench_epilogue.floor_fields(times)
+    assert row["fused_one_exp_over_bare"] == pytest.approx(1.04) and row["fused_one_exp_ms"] == 1.05
+    assert row["fused_one_exp_vs_fused"] == pytest.approx(1.10 / 1.04)
+    assert row["fused_one_exp_vs_stock"] == pytest.approx(1.30 / 1.04)
     assert row["fused_over_bare_rounds"] == pytest.approx([1.10, 1.15, 1.09])
     assert row["fused_over_bare"] == pytest.approx(1.10)
     assert row["bare_plugin_vs_cublas"] == pytest.approx(0.95)
     assert row["cublaslt_over_bare"] == pytest.approx(1.02 / 0.95)
     assert row["fused_vs_cublaslt"] == pytest.approx(1.02 / 1.10)
     assert row["fused_vs_stock"] == pytest.approx(1.30 / 1.10) and row["fused_ms"] == 1.10
-    silu = bench_epilogue.floor_fields({k: v for k, v in times.items() if k != "cublaslt_gelu"})
-    assert "cublaslt_over_bare" not in silu and "cublaslt_gelu_ms" not in silu
+    silu = bench_epilogue.floor_fields({k: v for k, v in times.items() if k not in ("cublaslt_gelu", "fused_one_exp")})
+    assert "cublaslt_over_bare" not in silu and "cublaslt_gelu_ms" not in silu and "fused_one_exp_ms" not in silu
 
     base = dict(M=8192, hidden=1024, ffn=4096, K=1024, stock_ms=1.3, plugin_ms=1.2, speedup=1.08, speedup_rounds=None)
-    rows = [dict(base, block="Linear+GELU", **row), dict(base, block="Linear+SiLU", **{**silu, "fused_over_bare": 1.04}),
+    rows = [dict(base, block="Linear+GELU", **row, fused_kernels=1, fused_one_exp_kernels=1), dict(base, block="Linear+SiLU", **{**silu, "fused_over_bare": 1.04}),
             dict(base, block="SwiGLU MLP")]  # fmt: skip
     args = argparse.Namespace(max_autotune=False)
     meta = dict(date="d", gpu="g", torch="t", triton="tr", plugin="p", commit="c", rounds=3, sm_clock_start=0,
@@ -551,6 +554,8 @@ def test_epilogue_floors_pair_each_round_and_report_the_bar():
     assert "| Linear+GELU | 8192 | 1024 | 4096 | 0.960 | 1.000 | 1.100 | 1.030 | 1.100 (1.090–1.150) |" in md
     assert "| Linear+SiLU | 8192 | 1024 | 4096 | 0.960 | 1.000 | 1.100 | - | 1.040" in md
     assert "Fused over bare above 1.05 on 1 of 2 blocks." in md
+    assert "| Linear+GELU | 8192 | 1024 | 4096 | 1.100 | 1.050 | 1.040 | 1.058 | 1.250 | 1, 1 |" in md
+    assert md.count("| Linear+SiLU |") == 2  # the one-exp table has the GELU block only
 
 
 @pytest.mark.parametrize("act", ["gelu", "silu"])
@@ -565,10 +570,12 @@ def test_epilogue_floor_arms_compute_what_they_are_checked_against(act):
     model = bench_epilogue.init_(bench_epilogue.LinearAct(32, 48, getattr(F, act), device="cpu"))
     x = torch.randn(20, 32, dtype=bench_epilogue.DT)
     arms = bench_epilogue.floor_arms(model, _timing.plugin_backend())
-    assert set(arms) == {"fused", "bare_plugin", "bare_cublas"} | ({"cublaslt_gelu"} if act == "gelu" else set())
+    gelu_arms = {"cublaslt_gelu", "fused_one_exp"}
+    assert set(arms) == {"fused", "bare_plugin", "bare_cublas"} | (gelu_arms if act == "gelu" else set())
     with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False):
         for name, (fn, reference) in arms.items():
-            out, codes = run_and_get_code(fn, x) if name in ("fused", "bare_plugin") else (fn(x), None)
+            forced = name in ("fused", "bare_plugin", "fused_one_exp")
+            out, codes = run_and_get_code(fn, x) if forced else (fn(x), None)
             torch.testing.assert_close(out, reference(x), rtol=2e-2, atol=2e-2, msg=name)
             if codes is not None:  # the forced arms run the plugin, never aten's matmul
                 assert count_calls(codes) == (1, 0), (name, count_calls(codes))
@@ -618,8 +625,9 @@ def test_epilogue_block_with_floors_runs_end_to_end_on_the_cpu(monkeypatch):
     import bench_epilogue
     import torch.nn.functional as F
 
-    ms = {"stock": 1.3, "plugin": 1.2, "fused": 1.1, "bare_plugin": 1.0, "bare_cublas": 0.9, "cublaslt_gelu": 0.95}
-    order = iter(["plugin", "stock", "fused", "bare_plugin", "bare_cublas", "cublaslt_gelu"])
+    ms = {"stock": 1.3, "plugin": 1.2, "fused": 1.1, "bare_plugin": 1.0, "bare_cublas": 0.9, "cublaslt_gelu": 0.95,
+          "fused_one_exp": 1.04}  # fmt: skip
+    order = iter(["plugin", "stock", "fused", "bare_plugin", "bare_cublas", "cublaslt_gelu", "fused_one_exp"])
 
     class FakeTimer:
         def __init__(self, fn, target_ms=2.0, most=500):
@@ -638,6 +646,25 @@ def test_epilogue_block_with_floors_runs_end_to_end_on_the_cpu(monkeypatch):
     assert row["speedup"] == pytest.approx(1.3 / 1.2) and row["fused_over_bare"] == pytest.approx(1.1)
     assert row["bare_plugin_vs_cublas"] == pytest.approx(0.9) and row["cublaslt_over_bare"] == pytest.approx(0.95 / 0.9)
     assert row["rel_err"] < 3e-2 and row["fused_ms"] == 1.1
+    assert row["fused_one_exp_over_bare"] == pytest.approx(1.04)
+    # On the CPU the plugin's kernel is an extern call and the epilogue a C++ kernel of Inductor's.
+    assert row["fused_kernels"] >= 1 and row["fused_one_exp_kernels"] >= 1
+
+
+def test_gelu_one_exp_is_the_exact_gelu_to_float32_accuracy():
+    """bench_epilogue's one-exp GELU in torch ops (the fused arm's epilogue), float32 across
+    [-12, 12] against float64's erf GELU: the bound probe_overlap's ``_gelu_poly`` is held to."""
+    import bench_epilogue
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    x = torch.cat([torch.linspace(-12, 12, 48001), torch.randn(8000) * 3])
+    out = bench_epilogue.gelu_one_exp(x)
+    ref = F.gelu(x.double())
+    err = (out.double() - ref).abs()
+    big = ref.abs() > 1e-3
+    assert out.dtype == torch.float32 and bench_epilogue.gelu_one_exp(x.bfloat16()).dtype == torch.bfloat16
+    assert (err[big] / ref[big].abs()).max() <= 4e-6 and err[~big].max() <= 1e-6
 
 
 def test_probe_overlap_checks_every_config_and_activation_on_the_cpu(tmp_path):
