@@ -207,7 +207,7 @@ def bench_block(name, model, x, max_autotune, n_rounds=3, floors=False):
     kernels = {}
     if floors and isinstance(model, LinearAct):
         floor = floor_arms(model, plugin)
-        # Compiled here, before time_arms (whose compile times for these arms then read cache hits).
+        # Compiled once here to read their code; time_arms resets Dynamo and compiles them again.
         kernels = {f"{arm}_kernels": generated_kernels(floor[arm][0], x) for arm in ("fused", "fused_one_exp")
                    if arm in floor}  # fmt: skip
         arms.update(floor)
