@@ -9,7 +9,8 @@
 #   --tests ARGS     pytest arguments (default: -m gpu); --no-tests skips pytest
 #   --bench NAME     a benchmark to run after the tests, repeatable, in order; NAME is one of
 #                    mm bmm epilogue shapes models ab sweep selector swiglu overlap (bench/<script>.py), with
-#                    extra arguments after a colon: --bench "shapes:--suite random" --bench "ab:--base 0ceed64"
+#                    extra arguments after a colon, split as a shell would: --bench "shapes:--suite random"
+#                    --bench "ab:--base 0ceed64" --bench "overlap:--configs '128x128 w4 s4 1/SM flat'"
 #   --timeout S      seconds per benchmark (default 540) and for pytest (default 900)
 #   --parallel       with two or more GPUs: the tests on GPU 0 while the benchmarks run on GPU 1
 #   --shards N       the tests as N pytest processes side by side, the test files dealt out by
@@ -43,7 +44,7 @@ while [ $# -gt 0 ]; do
     --timeout) BENCH_TIMEOUT=$2; TEST_TIMEOUT=$2; shift 2 ;;
     --parallel) PARALLEL=1; shift ;;
     --shards) SHARDS=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -151,8 +152,10 @@ run_benches() {
     [ "$name" != "$spec" ] && args=${spec#*:}
     script=$(script_of "$name") || { echo "=== unknown benchmark $name" | tee -a "$OUT/bench.log"; continue; }
     echo "=== $name: $script $args ($(date -Iseconds))" | tee -a "$OUT/bench.log"
-    # shellcheck disable=SC2086
-    timeout "$BENCH_TIMEOUT" $PY "$script" --out "$OUT/results" --commit "$COMMIT" $args >>"$OUT/bench.log" 2>&1
+    # Split as a shell would, quotes kept: probe_overlap's config names have spaces.
+    mapfile -t argv < <($PY -c 'import shlex, sys; sys.stdout.writelines(a + "\n" for a in shlex.split(sys.argv[1]))' "$args")
+    timeout "$BENCH_TIMEOUT" $PY "$script" --out "$OUT/results" --commit "$COMMIT" "${argv[@]+"${argv[@]}"}" \
+      >>"$OUT/bench.log" 2>&1
     echo "=== $name exit $? ($(date -Iseconds))" | tee -a "$OUT/bench.log"
   done
 }
