@@ -328,12 +328,12 @@ def to_markdown(args, meta, rows, block) -> str:
         if one_exp:
             md += ["", "GELU written with one exp (`gelu_one_exp`) in the fused epilogue; kernels Inductor generated "
                        "for each fused arm (1: the epilogue is in the template).", "",
-                   "| block | M | hidden | ffn | fused ms | one-exp ms | one-exp / bare | one-exp vs fused | one-exp vs stock "
-                   "| kernels (fused, one-exp) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                   "| block | M | hidden | ffn | fused ms | one-exp ms | one-exp / bare | one-exp vs fused "
+                   "| one-exp vs stock | kernels (fused, one-exp) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
             md += [f"| {r['block']} | {r['M']} | {r['hidden']} | {r['ffn']} | {r['fused_ms']:.3f} | "
-                   f"{r['fused_one_exp_ms']:.3f} | {r['fused_one_exp_over_bare']:.3f} | {r['fused_one_exp_vs_fused']:.3f} | "
-                   f"{r['fused_one_exp_vs_stock']:.3f} | {r.get('fused_kernels', '-')}, {r.get('fused_one_exp_kernels', '-')} |"
-                   for r in one_exp]  # fmt: skip
+                   f"{r['fused_one_exp_ms']:.3f} | {r['fused_one_exp_over_bare']:.3f} | "
+                   f"{r['fused_one_exp_vs_fused']:.3f} | {r['fused_one_exp_vs_stock']:.3f} | "
+                   f"{r.get('fused_kernels', '-')}, {r.get('fused_one_exp_kernels', '-')} |" for r in one_exp]  # fmt: skip
     if rows:
         md += ["", f"Suite{part} geomean vs stock default: {summary['geomean_vs_stock']:.3f}; "
                    f"smallest speedup with K ≤ 2048: {summary['min_k_le_2048_vs_stock']:.3f}"

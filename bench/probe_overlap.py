@@ -104,8 +104,9 @@ def _bias_act_store(acc, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm, ACT: tl
 
 @triton.jit
 def _linear_act_kernel(a_desc, b_desc, c_ptr, bias_ptr, M, N, K, stride_cm, NUM_PROGRAMS: tl.constexpr,
-                       ACT: tl.constexpr, ASM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       FLATTEN: tl.constexpr, WS: tl.constexpr, SUBTILE: tl.constexpr):  # fmt: skip
+                       ACT: tl.constexpr, ASM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr, FLATTEN: tl.constexpr, WS: tl.constexpr,
+                       SUBTILE: tl.constexpr):  # fmt: skip
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=FLATTEN, warp_specialize=WS):
@@ -153,9 +154,9 @@ def linear_act(x, w, bias, out, cfg, act, num_sms):
     programs = min(triton.cdiv(M, bm) * triton.cdiv(N, bn), num_sms * per_sm)
 
     def call():
+        # ASM (tanh.approx through PTX) where the kernel runs on the GPU, not in the interpreter.
         call.kernel = _linear_act_kernel[(programs,)](a_desc, b_desc, out, bias, M, N, K, out.stride(0), programs, act,
-                                                      x.is_cuda,
-                                                      bm, bn, bk, flatten, ws, subtile, num_warps=warps,
+                                                      x.is_cuda, bm, bn, bk, flatten, ws, subtile, num_warps=warps,
                                                       num_stages=stages)  # fmt: skip
         return out
 

@@ -545,8 +545,8 @@ def test_epilogue_floors_pair_each_round_and_report_the_bar():
     assert "cublaslt_over_bare" not in silu and "cublaslt_gelu_ms" not in silu and "fused_one_exp_ms" not in silu
 
     base = dict(M=8192, hidden=1024, ffn=4096, K=1024, stock_ms=1.3, plugin_ms=1.2, speedup=1.08, speedup_rounds=None)
-    rows = [dict(base, block="Linear+GELU", **row, fused_kernels=1, fused_one_exp_kernels=1), dict(base, block="Linear+SiLU", **{**silu, "fused_over_bare": 1.04}),
-            dict(base, block="SwiGLU MLP")]  # fmt: skip
+    rows = [dict(base, block="Linear+GELU", **row, fused_kernels=1, fused_one_exp_kernels=1),
+            dict(base, block="Linear+SiLU", **{**silu, "fused_over_bare": 1.04}), dict(base, block="SwiGLU MLP")]
     args = argparse.Namespace(max_autotune=False)
     meta = dict(date="d", gpu="g", torch="t", triton="tr", plugin="p", commit="c", rounds=3, sm_clock_start=0,
                 tokens=[2048, 8192], widths=["4096x14336", "2048x8192", "1024x4096"])  # fmt: skip
