@@ -159,6 +159,11 @@ def _ptr_inductor(shape):
     return list(dict.fromkeys(out))
 
 
+def _tiles(shape, c) -> int:
+    """Output tiles of ``c`` over an (M, N, K) shape."""
+    return -(-shape[0] // c.block_m) * -(-shape[1] // c.block_n)
+
+
 def _with_tails(shape, sms=132, most=8):
     """Each of the mid-size shapes' flattened tiles, then its split_tail twin where its tiles
     spill past whole rounds of the SMs: the last round's tiles in as many slices as fit the
@@ -168,7 +173,7 @@ def _with_tails(shape, sms=132, most=8):
               T(128, 256, 64, 8, 8, 3, sub=True, flat=True)):  # fmt: skip
         # (the 4-warp tile's tail ran 0.36-0.57 of it whole: kept as a control)
         out.append(c)
-        tiles = -(-shape[0] // c.block_m) * -(-shape[1] // c.block_n)
+        tiles = _tiles(shape, c)
         left = tiles % sms
         if tiles > sms and left and sms // left >= 2:
             out.append(T(c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages,
@@ -190,10 +195,9 @@ def _balanced_splits(shape, sms=132, most=8):
     for c in (T(128, 256, 64, 8, 8, 3, sub=True, flat=True), T(128, 128, 64, 8, 8, 4, sub=True, flat=True),
               T(64, 128, 64, 8, 4, 4, flat=True), T(128, 64, 64, 8, 4, 4, flat=True)):  # fmt: skip
         out.append(c)
-        tiles = -(-shape[0] // c.block_m) * -(-shape[1] // c.block_n)
         steps = -(-shape[2] // c.block_k)
-        out += [T(c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages, split, sub=c.epilogue_subtile)
-                for split in range(2, most + 1) if steps // split >= 4 and _even(tiles * split, sms)]  # fmt: skip
+        out += [dataclasses.replace(c, split_k=split, flatten=False) for split in range(2, most + 1)
+                if steps // split >= 4 and _even(_tiles(shape, c) * split, sms)]  # fmt: skip
     return out
 
 
@@ -343,7 +347,8 @@ GROUPS = {
     # class, 0.40-0.75 of cuBLAS on both GPUs with the grid's 64-128-column tiles, whose last
     # column of tiles is mostly empty (N = 160 in two 128-wide tiles), and every column of
     # tiles reads all of A again. Narrow and tall tiles, and tiles as wide as N split along K,
-    # against the ones picked today.
+    # against the ones picked today. H100, 36831dd: 64-column tiles won, the wide split ones
+    # nowhere (docs/performance.md, "Device runs (2026-12-07, eighth session)").
     "narrow_n": dict(
         shapes=[(3384, 160, 2248), (2888, 152, 1368), (8192, 128, 3584), (12608, 320, 1280), (4544, 144, 11984),
                 (2048, 256, 3584), (6304, 256, 1024), (12608, 192, 768)],
