@@ -207,7 +207,8 @@ def bench_block(name, model, x, max_autotune, n_rounds=3, floors=False):
     kernels = {}
     if floors and isinstance(model, LinearAct):
         floor = floor_arms(model, plugin)
-        # Compiled once here to read their code; time_arms resets Dynamo and compiles them again.
+        # Compiled once here to read their code, and again in time_arms: run_and_get_code resets
+        # Dynamo before it calls, so inside time_arms it would drop the arms compiled before it.
         kernels = {f"{arm}_kernels": generated_kernels(floor[arm][0], x) for arm in ("fused", "fused_one_exp")
                    if arm in floor}  # fmt: skip
         arms.update(floor)
