@@ -102,7 +102,7 @@ mid = dict(M=M, N=N, K=K, stride_ab=0, stride_am=a.stride(0), stride_ak=a.stride
 hints = pointer_hints(a, b, c)
 if sys.argv[4] == "none":
     hints.update(A_DIVISOR=1, B_DIVISOR=1, C_DIVISOR=1)
-consts = dict(HAS_BIAS=False, SCALE_ACC=False, INPUT_PRECISION="ieee", INTERPRETER_BF16=False,
+consts = dict(HAS_BIAS=False, SCALE_ACC=False, INPUT_PRECISION="ieee", INTERPRETER_BF16=False, ACTIVATION="",
               BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, SPLIT_K=1, **hints)
 missing = {p.name for p in _matmul_kernel.params if p.is_constexpr} - set(consts)
 assert not missing, f"the script does not set the kernel's constexprs {sorted(missing)}"

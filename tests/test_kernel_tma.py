@@ -212,7 +212,7 @@ from triton.backends.compiler import GPUTarget
 from inductor_mm_plugin.kernels.matmul_tma import _matmul_kernel_tma
 
 # A decode-shaped config, A K-major, B N-major, C through a TMA store or through pointers.
-c_tma, prefetch = sys.argv[1] == "c_tma", int(sys.argv[2])
+c_tma, prefetch, activation = sys.argv[1] == "c_tma", int(sys.argv[2]), sys.argv[3]
 BM, BN, BK = 64, 32, 256
 descs = {"a_desc": f"tensordesc<bf16[{BM}, {BK}]>", "b_desc": f"tensordesc<bf16[{BK}, {BN}]>"}
 if c_tma:
@@ -220,7 +220,7 @@ if c_tma:
 consts = dict(A_KMAJOR=True, B_KMAJOR=False, C_TMA=c_tma, HAS_BIAS=False, BIAS_MODE="mn", SCALE_ACC=False,
               INPUT_PRECISION="ieee", SWAP_AB=False, INTERPRETER_BF16=False, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK,
               GROUP_M=1, SPLIT_K=1, SPLIT_TAIL=False, EPILOGUE_SUBTILE=False, FLATTEN=False, PREFETCH=prefetch,
-              BATCH=1)
+              BATCH=1, ACTIVATION=activation)
 missing = {p.name for p in _matmul_kernel_tma.params if p.is_constexpr} - set(consts)
 assert not missing, f"the script does not set the kernel's constexprs {sorted(missing)}"
 sig = {}
@@ -247,14 +247,14 @@ print(" ".join(copies), "|", " ".join(prefetched), "|", int(last_prefetch < firs
 """
 
 
-@pytest.mark.parametrize("c_tma", [True, False])
-def test_tma_kernel_prefetches_the_descriptors_its_copies_read(c_tma):
+@pytest.mark.parametrize("c_tma, activation", [(True, ""), (False, ""), (True, "gelu"), (False, "silu")])
+def test_tma_kernel_prefetches_the_descriptors_its_copies_read(c_tma, activation):
     """Compiled for sm_90 on the CPU: the prefetched parameters (_prefetch_descriptors names
     them, triton's expansion of a descriptor argument fixes them) are exactly those the TMA
-    copies read, and the prefetches come first."""
+    copies read, and the prefetches come first; with a fused activation too."""
     prefetch = 3 if c_tma else 2  # what the plan passes on the GPU (runtime/plan.py)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    args = ["c_tma" if c_tma else "c_ptr", str(prefetch)]
+    args = ["c_tma" if c_tma else "c_ptr", str(prefetch), activation]
     res = subprocess.run([sys.executable, "-c", _PTX_OF_THE_TMA_KERNEL, *args], env=env, capture_output=True,
                          text=True, timeout=600)  # fmt: skip
     if res.returncode != 0 and ("ptxas" in res.stderr or "NVPTX" in res.stderr):

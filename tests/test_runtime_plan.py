@@ -96,7 +96,7 @@ def test_plan_binds_every_kernel_argument_by_name(case):
     bias_arg = out if bias is None else bias
     bsm, bsn = (0, 0) if bias is None else bias.stride()
     common = dict(M=M, N=N, K=K, alpha=2.0, beta=0.5, HAS_BIAS=bias is not None, SCALE_ACC=True,
-                  INPUT_PRECISION="ieee", INTERPRETER_BF16=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                  INPUT_PRECISION="ieee", INTERPRETER_BF16=False, ACTIVATION="", BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                   BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)  # fmt: skip
     tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
     if cfg.kernel == "ptr":

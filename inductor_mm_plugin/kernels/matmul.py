@@ -1,6 +1,6 @@
 """The plugin's tiled matmul kernel (pointer-based, any strides, batched, fused addmm epilogue).
 
-    C[b] = alpha * (A[b] @ B[b]) + beta * bias[b]        (bias term only when HAS_BIAS)
+    C[b] = act(alpha * (A[b] @ B[b]) + beta * bias[b])   (bias term only when HAS_BIAS, act only with ACTIVATION)
 
 Shapes: A is (BATCH, M, K), B is (BATCH, K, N), C is (BATCH, M, N); ``mm``/``addmm`` use
 BATCH = 1. Every operand is addressed through its own strides, so transposed and sliced
@@ -19,7 +19,8 @@ slices into an fp32 accumulator; masked loads and stores. Added on top:
 
 * grouped (L2-swizzled) tile order: GROUP_M row-tiles share the same B column panel;
 * the batch index is folded into the 1-D program id (grid axis 1 is capped at 65535);
-* the addmm epilogue (alpha, beta, bias) runs on the fp32 accumulator before the store;
+* the addmm epilogue (alpha, beta, bias) and an activation (``activation.py``) run on the fp32
+  accumulator before the store;
 * fp32 inputs use TF32 or IEEE dot products, chosen by the runtime (INPUT_PRECISION).
 
 Dtypes: fp16, bf16, fp32 in; output in the input dtype; fp32 accumulation.
@@ -36,6 +37,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from .activation import apply_activation
 
 
 @triton.jit
@@ -137,6 +140,7 @@ def _matmul_kernel(
     SPLIT_K: tl.constexpr,  # single matrices: K cut into slices of k_per_split, summed by _split_k_sum
     A_DIVISOR: tl.constexpr, B_DIVISOR: tl.constexpr, C_DIVISOR: tl.constexpr,  # load and store widths
     A_ROW_MAJOR: tl.constexpr, B_ROW_MAJOR: tl.constexpr, C_ROW_MAJOR: tl.constexpr,  # unit stride along columns
+    ACTIVATION: tl.constexpr,  # on the whole sum after the bias (kernels/activation.py); "" for none
 ):  # fmt: skip
     # Alignment. Triton specializes an integer argument divisible by 16 (and makes one equal
     # to 1 a constant), nothing in between: with K = 500 or rows of 3000 elements every
@@ -213,7 +217,7 @@ def _matmul_kernel(
     if SPLIT_K > 1:
         acc, is_last = _split_k_sum(acc, ws_ptr, lock_ptr, tile, split, SPLIT_K, BLOCK_M, BLOCK_N)
 
-    # Epilogue on the fp32 accumulator: alpha * acc + beta * bias, then one cast.
+    # Epilogue on the fp32 accumulator: alpha * acc + beta * bias, the activation, then one cast.
     if is_last:
         if SCALE_ACC:
             acc = acc * alpha
@@ -226,5 +230,6 @@ def _matmul_kernel(
             )
             bias = tl.load(bias_ptrs, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N), other=0.0).to(tl.float32)
             acc = acc + beta * bias
+        acc = apply_activation(acc, ACTIVATION)
         c_ptrs = c_ptr + pid_b.to(tl.int64) * stride_cb + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < m_c) & (offs_n[None, :] < n_c))

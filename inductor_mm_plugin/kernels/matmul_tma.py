@@ -1,6 +1,6 @@
 """The persistent TMA matmul kernel (Hopper), with split-K and the fused addmm epilogue.
 
-    C = alpha * (A @ B) + beta * bias        (bias term only when HAS_BIAS)
+    C = act(alpha * (A @ B) + beta * bias)   (bias term only when HAS_BIAS, act only with ACTIVATION)
 
 Shapes: A (BATCH, M, K), B (BATCH, K, N), C (BATCH, M, N); ``mm``/``addmm`` use BATCH = 1
 (Triton specializes the argument, so the batch arithmetic folds away). Operands arrive as
@@ -76,6 +76,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .activation import apply_activation
 from .matmul import _divmod, _split_k_sum, _tile_coords  # shared with the pointer kernel
 
 
@@ -135,6 +136,7 @@ def _store_tile(
     acc, c_desc, c_ptr, c_row0, bias_ptr, off_m, off_n, M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn, beta,
     HAS_BIAS: tl.constexpr, BIAS_MODE: tl.constexpr, C_TMA: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    ACTIVATION: tl.constexpr,
 ):  # fmt: skip
     if HAS_BIAS or not C_TMA:
         offs_m = off_m + tl.arange(0, BM)
@@ -151,6 +153,7 @@ def _store_tile(
             bias = tl.load(bias_ptr + offs_m[:, None] * stride_biasm + offs_n[None, :] * stride_biasn, mask=mask,
                            other=0.0)  # fmt: skip
         acc = acc + beta * bias.to(tl.float32)
+    acc = apply_activation(acc, ACTIVATION)
     if C_TMA:
         # The descriptor clips rows and columns past M and N.
         c_desc.store([c_row0 + off_m, off_n], acc.to(c_desc.dtype))
@@ -199,9 +202,9 @@ def _accumulate(
 def _finish_tile(
     acc, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn, stride_biasm, stride_biasn,
     alpha, beta, HAS_BIAS: tl.constexpr, BIAS_MODE: tl.constexpr, C_TMA: tl.constexpr, SCALE_ACC: tl.constexpr,
-    EPILOGUE_SUBTILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACTIVATION: tl.constexpr,
 ):  # fmt: skip
-    """The epilogue of a tile's whole sum: alpha, the bias, the store."""
+    """The epilogue of a tile's whole sum: alpha, the bias, the activation, the store."""
     if SCALE_ACC:
         acc = acc * alpha
     if EPILOGUE_SUBTILE:
@@ -210,12 +213,12 @@ def _finish_tile(
         acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
         acc0, acc1 = tl.split(acc3)
         _store_tile(acc0, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
-                    stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
+                    stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N, ACTIVATION)  # fmt: skip
         _store_tile(acc1, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n + SUB_N, M, N, stride_cm, stride_cn,
-                    stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N)  # fmt: skip
+                    stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, SUB_N, ACTIVATION)  # fmt: skip
     else:
         _store_tile(acc, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
-                    stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, BLOCK_N)  # fmt: skip
+                    stride_biasm, stride_biasn, beta, HAS_BIAS, BIAS_MODE, C_TMA, BLOCK_M, BLOCK_N, ACTIVATION)  # fmt: skip
 
 
 # num_programs and num_whole vary with the shape (configs.tma_programs, configs.whole_tiles):
@@ -242,6 +245,7 @@ def _matmul_kernel_tma(
     EPILOGUE_SUBTILE: tl.constexpr,
     FLATTEN: tl.constexpr,
     PREFETCH: tl.constexpr,  # descriptors to prefetch (_prefetch_descriptors): 0, 2 (A, B) or 3 (and C)
+    ACTIVATION: tl.constexpr,  # on the whole sum after the bias (kernels/activation.py); "" for none
 ):  # fmt: skip
     _prefetch_descriptors(PREFETCH)
     # The main loop's items: output tiles x K slices, or with SPLIT_TAIL whole tiles only.
@@ -292,7 +296,7 @@ def _matmul_kernel_tma(
         if is_last:
             _finish_tile(acc, c_desc, c_mat, c_row0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn, stride_biasm,
                          stride_biasn, alpha, beta, HAS_BIAS, BIAS_MODE, C_TMA, SCALE_ACC, EPILOGUE_SUBTILE, BLOCK_M,
-                         BLOCK_N)  # fmt: skip
+                         BLOCK_N, ACTIVATION)  # fmt: skip
 
     if SPLIT_TAIL:
         # The last, partial round (single matrices): its tiles in SPLIT_K slices each, after the
@@ -310,4 +314,4 @@ def _matmul_kernel_tma(
             if is_last:
                 _finish_tile(acc, c_desc, c_ptr, 0, bias_ptr, off_m, off_n, M, N, stride_cm, stride_cn, stride_biasm,
                              stride_biasn, alpha, beta, HAS_BIAS, BIAS_MODE, C_TMA, SCALE_ACC, EPILOGUE_SUBTILE,
-                             BLOCK_M, BLOCK_N)  # fmt: skip
+                             BLOCK_M, BLOCK_N, ACTIVATION)  # fmt: skip

@@ -73,9 +73,9 @@ def _swiglu_kernel_tma(
             acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             acc0, acc1 = tl.split(acc3)
             _store_tile(acc0, c_desc, c_ptr, 0, c_ptr, off_m, off_n, M, N, stride_cm, stride_cn, 0, 0, 1.0,
-                        False, "n", C_TMA, BLOCK_M, SUB_N)  # fmt: skip
+                        False, "n", C_TMA, BLOCK_M, SUB_N, "")  # fmt: skip
             _store_tile(acc1, c_desc, c_ptr, 0, c_ptr, off_m, off_n + SUB_N, M, N, stride_cm, stride_cn, 0, 0, 1.0,
-                        False, "n", C_TMA, BLOCK_M, SUB_N)  # fmt: skip
+                        False, "n", C_TMA, BLOCK_M, SUB_N, "")  # fmt: skip
         else:
             _store_tile(acc, c_desc, c_ptr, 0, c_ptr, off_m, off_n, M, N, stride_cm, stride_cn, 0, 0, 1.0,
-                        False, "n", C_TMA, BLOCK_M, BLOCK_N)  # fmt: skip
+                        False, "n", C_TMA, BLOCK_M, BLOCK_N, "")  # fmt: skip

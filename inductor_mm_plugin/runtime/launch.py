@@ -118,8 +118,9 @@ def _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune: bool, c
 
 
 def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=None, compile_only=False,
-           copy_unaligned=None, plan_only=False) -> Plan:  # fmt: skip
-    """out = alpha * a @ b (+ beta * bias) on 2-D or 3-D (batched) views; returns the plan used.
+           copy_unaligned=None, plan_only=False, activation="") -> Plan:  # fmt: skip
+    """out = alpha * a @ b (+ beta * bias), then ``activation`` (``ACTIVATIONS``), on 2-D or 3-D
+    (batched) views; returns the plan used.
 
     ``bias``, when given, is already expanded to ``out``'s shape (stride 0 where broadcast).
     ``config`` forces a config (benchmarks, tests); ``compile_only`` compiles without
@@ -140,7 +141,7 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
         config,
         # Triton specializes pointer arguments on 16-byte alignment.
         a.data_ptr() % 16, b.data_ptr() % 16, out.data_ptr() % 16, bias.data_ptr() % 16 if has_bias else 0,
-        copy_unaligned,
+        copy_unaligned, activation,
     )  # fmt: skip
     plan = _PLANS.get(key)
     interpreter_bf16 = interpreting() and a.dtype == torch.bfloat16
@@ -151,7 +152,7 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
     with device_guard(a.device), _interpreter_lock():
         if plan is None:
             plan = _plan(a, b, kernel_out, bias if has_bias else None, alpha, beta, autotune, config,
-                         interpreter_bf16, copy_unaligned)  # fmt: skip
+                         interpreter_bf16, copy_unaligned, activation)  # fmt: skip
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
             _PLANS[key] = plan
@@ -168,10 +169,11 @@ def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=N
     return plan
 
 
-def _plan(a, b, out, bias, alpha, beta, autotune, config, interpreter_bf16, copy_unaligned=None) -> Plan:
+def _plan(a, b, out, bias, alpha, beta, autotune, config, interpreter_bf16, copy_unaligned=None, activation="") -> Plan:
     has_bias = bias is not None
     flags = Flags(has_bias=has_bias, bias_mode=bias_mode(bias) if has_bias else "mn", scale_acc=alpha != 1,
-                  input_precision=input_precision(a.dtype), interpreter_bf16=interpreter_bf16)  # fmt: skip
+                  input_precision=input_precision(a.dtype), interpreter_bf16=interpreter_bf16,
+                  activation=activation)  # fmt: skip
     # The TMA kernel's bias has no batch stride: a batched bias takes the pointer kernel.
     layout = None if has_bias and a.dim() == 3 else tma_layout(a, b, out)
     if layout is not None and tf32_a_from_registers(layout.a_kmajor, layout.b_kmajor, flags.input_precision):
@@ -282,6 +284,13 @@ def addmm_launch(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta=1, a
     return _matmul("addmm", a, b, out, bias, beta, alpha)
 
 
+def mm_activation_launch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str,
+                         out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """``activation(a @ b + bias)`` for operands ``ops/activation.py`` has checked and the kernel
+    takes (``kernel_unsupported_reason`` None)."""
+    return _matmul("mm_activation", a, b, out, bias, 1, 1, activation)
+
+
 def _signature(a, b, out, extra) -> tuple:
     """What decides a call's checks and plan, bar the data (pointer alignment included)."""
     tf32 = a.dtype == torch.float32 and tf32_enabled()
@@ -292,11 +301,12 @@ def _signature(a, b, out, extra) -> tuple:
     )  # fmt: skip
 
 
-def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
+def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1, activation="") -> torch.Tensor:
     key = None
     if a.is_cuda:
         extra = op if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device, bias.data_ptr() % 16,
                                          beta == 0, alpha == 1)  # fmt: skip
+        extra = (extra, activation) if activation else extra
         key = _signature(a, b, out, extra)
         plan = _FAST_PLANS.get(key)
         if plan is not None:
@@ -306,7 +316,9 @@ def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
             if _launch_direct(plan, *views, bias if beta != 0 else None, alpha, beta):
                 return res
     name = f"inductor_mm_plugin.{op}"
-    if bias is None:
+    if op == "mm_activation":
+        reason = None  # its op checked the arguments and runs torch's ops where the kernel cannot
+    elif bias is None:
         _CHECKS[op](name, a, b)
         reason = kernel_unsupported_reason(a, b)
     else:
@@ -320,7 +332,7 @@ def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
     res = a.new_empty((*a.shape[:-1], b.shape[-1])) if out is None else out
     if res.numel():
         expanded = None if bias is None else bias.expand(res.shape)
-        plan = launch(a, b, res, expanded, beta, alpha)
+        plan = launch(a, b, res, expanded, beta, alpha, activation=activation)
         if key is not None and plan.compiled is not None:
             if len(_FAST_PLANS) >= _MAX_PLANS:
                 _FAST_PLANS.clear()

@@ -41,6 +41,7 @@ class Flags(NamedTuple):
     scale_acc: bool  # alpha != 1
     input_precision: str  # "ieee" or "tf32"
     interpreter_bf16: bool  # the interpreter's bf16 workaround (kernels/matmul.py)
+    activation: str = ""  # applied after the bias (kernels/activation.py); "" for none
 
 
 # The tensors (or their pointers) each kernel takes first, then the per-plan arguments, then
@@ -85,7 +86,7 @@ class Plan:
         self.num_tiles = triton.cdiv(p.M, cfg.block_m) * triton.cdiv(p.N, cfg.block_n) * p.batch
         tile = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
         common = dict(HAS_BIAS=flags.has_bias, SCALE_ACC=flags.scale_acc, INPUT_PRECISION=flags.input_precision,
-                      INTERPRETER_BF16=flags.interpreter_bf16, **tile)  # fmt: skip
+                      INTERPRETER_BF16=flags.interpreter_bf16, ACTIVATION=flags.activation, **tile)  # fmt: skip
         if cfg.kernel == "tma":
             tf32 = flags.input_precision == "tf32" and not interpreting()
             self.grid = (tma_programs(p, cfg),)
