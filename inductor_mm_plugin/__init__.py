@@ -1,11 +1,11 @@
 """inductor_mm_plugin: the project's own Triton matmul inside torch.compile.
 
 Importing the package registers the ops ``torch.ops.inductor_mm_plugin.mm``, ``.addmm``,
-``.bmm`` and ``.mm_swiglu`` and does nothing else: no Inductor config changes, no GPU work. The Inductor
+``.bmm``, ``.mm_swiglu`` and ``.mm_activation`` and does nothing else: no Inductor config changes, no GPU work. The Inductor
 integration (``inductor_options``) is imported when first used.
 """
 
-from .ops import KernelFallbackWarning, addmm, bmm, mm, mm_swiglu, set_autotune, warmup  # (registers the ops)
+from .ops import KernelFallbackWarning, addmm, bmm, mm, mm_activation, mm_swiglu, set_autotune, warmup  # (registers the ops)
 from .opt_in import opt_in, opt_out
 from .state import reset
 from .version import __version__
@@ -28,6 +28,7 @@ def compare(model, example_inputs, **kwargs):
 
 
 __all__ = [
-    "KernelFallbackWarning", "__version__", "addmm", "bmm", "compare", "inductor_options", "mm", "mm_swiglu", "opt_in",
+    "KernelFallbackWarning", "__version__", "addmm", "bmm", "compare", "inductor_options", "mm", "mm_activation", "mm_swiglu",
+    "opt_in",
     "opt_out", "reset", "set_autotune", "warmup",
 ]  # fmt: skip
