@@ -68,6 +68,8 @@ _HOST_REPS = 32
 # not timed and decode times nothing new. H100, 672969a (docs/performance.md): stock / fused
 # 0.81, 0.85 and 0.82 at M = 16, 128 and 512 (d = 2048, f = 5632); 0.98-1.18 from M = 1000.
 SWIGLU_LOSES_UP_TO_M = 512
+# A Linear + activation site's op in measurements and their cache keys: this, then the activation's name.
+ACTIVATION_OP = "mm_activation:"
 log = logging.getLogger(__name__)
 
 
@@ -164,7 +166,9 @@ def measure(op: str, operands: list[tuple[tuple, tuple, int]], dtype: torch.dtyp
     with compat.unset_fake_temporarily(), torch.no_grad():
         device = torch.device(device)
         out_shape = _out_shape(op, operands)
-        outs = 3 if op == "swiglu" else 1  # stock's SwiGLU writes both matmul results, then the product
+        # Stock's SwiGLU writes both matmul results, then the product; a Linear + activation, its
+        # result, then the activation's.
+        outs = 3 if op == "swiglu" else 2 if op.startswith(ACTIVATION_OP) else 1
         one_set = (sum(benchmarking.extent(*layout) for layout in operands) + outs * math.prod(out_shape)) * dtype.itemsize
         plugin_calls, aten_calls = [], []
         for _ in range(benchmarking.copies(one_set, device)):
@@ -197,8 +201,20 @@ def _out_shape(op: str, operands: list[tuple[tuple, tuple, int]]) -> tuple:
 
 def _call(op: str, args: list, out, alpha, beta, plugin: bool):
     """One call of the plugin's op or aten's on ``args``, writing ``out``; for ``"swiglu"``
-    the fused kernel as ``mm_swiglu``'s extern kernel runs it, or stock's form."""
+    the fused kernel as ``mm_swiglu``'s extern kernel runs it, or stock's form; for
+    ``"mm_activation:<name>"`` (args: [bias,] a, b) ``mm_activation``'s kernel, or stock's form."""
     from ..runtime import addmm_launch, bmm_launch, mm_launch
+
+    if op.startswith(ACTIVATION_OP):
+        from ..ops.activation import mm_activation_launch_checked
+        from ..runtime.activation import stock_mm_activation
+
+        name = op.removeprefix(ACTIVATION_OP)
+        (a, b), bias = args[-2:], (args[0] if len(args) == 3 else None)
+        if plugin:
+            return lambda: mm_activation_launch_checked(a, b, bias, name, out=out)
+        z = torch.empty_like(out)
+        return lambda: stock_mm_activation(a, b, bias, z, out, name)
 
     if op == "swiglu":
         from ..ops.swiglu import mm_swiglu_launch
@@ -252,6 +268,18 @@ def decide_swiglu(vals: list[torch.Tensor], graphs: bool) -> tuple[bool, str, Me
     if reason is not None:
         return False, reason, None
     return _timed_verdict(key, "swiglu", vals, 1, 1, graphs)
+
+
+def decide_activation(activation: str, vals: list[torch.Tensor], graphs: bool) -> tuple[bool, str, Measurement | None]:
+    """(fused, reason, measurement) of a Linear + ``activation`` site on CUDA (``vals``: [bias,]
+    a, b): fused where ``mm_activation``'s kernel beat stock's form (cuBLAS, then Inductor's
+    pointwise kernel; ``runtime.activation``) by the routing rule, as a site's kernel must beat
+    aten's (``decide``)."""
+    op = ACTIVATION_OP + activation
+    key = signature(op, vals, 1, 1, graphs)
+    if key is None:
+        return False, "symbolic sizes: not timed", None
+    return _timed_verdict(key, op, vals, 1, 1, graphs)
 
 
 def _swiglu_untimed(vals: list[torch.Tensor]) -> str | None:

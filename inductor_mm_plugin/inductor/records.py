@@ -46,9 +46,11 @@ class SiteRecord:
     # (compete=True). A competing site may end up running aten's kernel.
     compete: Compete | None = None
     # "swiglu": the site was fused with the other matmul of a SwiGLU product into one
-    # ``inductor_mm_plugin::mm_swiglu`` (swiglu_pattern.py).
+    # ``inductor_mm_plugin::mm_swiglu`` (swiglu_pattern.py); "relu", "gelu", "gelu_tanh" or
+    # "silu": with the activation its result feeds, into one ``mm_activation`` (activation_pattern.py).
     fused: str | None = None
-    # compete="auto" on CUDA: the plugin's kernel against aten's on the site's operands.
+    # compete="auto" on CUDA: the plugin's kernel against aten's on the site's operands (for a
+    # fused site, the fused kernel against stock's form).
     measured: Measurement | None = None
 
 

@@ -35,6 +35,7 @@ from ..runtime.swiglu import fused_reason
 from ..version import __version__
 from . import compat, decision, measure
 from .decision import Compete, RouteDecision
+from .activation_pattern import fuse_activation, match_activation
 from .graph import copy_meta, feeds_pointwise
 from .measure import Measurement
 from .records import SiteRecord, log_decision, publish
@@ -261,6 +262,19 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
             pair_measured.update(dict.fromkeys(pair[:2], measured))
         fused.update(dict.fromkeys(pair[:2], pair))
     timed = [n for n in timed if n not in fused]
+    # A timed site whose result only an activation reads runs as one mm_activation kernel
+    # where that timed faster than stock's cuBLAS plus pointwise kernel; else it is timed alone.
+    activations = {}  # mm node -> (ActivationSite, measurement)
+    for node in timed:
+        act = match_activation(node)
+        if act is not None:
+            take, reason, measured = measure.decide_activation(act.activation, _measured_site(node)[1],
+                                                               _measured_site(node)[4])  # fmt: skip
+            if take:
+                activations[node] = (act, measured)
+            else:
+                log_decision("not fused %s with its %s: %s", site_of[node], act.activation, reason)
+    timed = [n for n in timed if n not in activations]
     done = set()
     records = []
     extern = []  # the routed CUDA sites that run the plugin's extern kernel: compiled behind
@@ -278,6 +292,11 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
             why = f": the fused kernel's {measured.describe()}" if measured else " (routing plan)" if planned_pairs else ""
             log_decision("routed %s; fused with the other matmul of silu(x @ w_gate) * (x @ w_up) into "
                          "inductor_mm_plugin::mm_swiglu%s", site, why)  # fmt: skip
+        elif node in activations:
+            act, measured = activations[node]
+            fuse_activation(graph, act)
+            log_decision("routed %s; fused with its %s into inductor_mm_plugin::mm_activation: the fused kernel's %s",
+                         site, act.activation, measured.describe())  # fmt: skip
         elif routed:
             if options.plan is not None:
                 routed, reason = options.plan.decide(site)
@@ -299,7 +318,8 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
                 log_decision("not routed %s: %s", site, reason)
         else:
             log_decision("not routed %s: %s", site, reason)
-        record = SiteRecord(site, routed, reason, label, compete, "swiglu" if node in fused else None, measured)
+        kind = "swiglu" if node in fused else activations[node][0].activation if node in activations else None
+        record = SiteRecord(site, routed, reason, label, compete, kind, measured)
         records.append(record)
         publish(record)
     graph.lint()

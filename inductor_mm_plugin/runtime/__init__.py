@@ -8,6 +8,7 @@
 * ``launch.py``: the checked and fast paths the ops run, config choice, ``warmup``;
 * ``ahead.py``: kernels compiled before their first call, side by side or in the background;
 * ``swiglu.py``: the fused SwiGLU kernel's launch (``ops/swiglu.py`` imports it);
+* ``activation.py``: stock's Linear + activation, which the routing pass times the fused one against;
 * ``tuning.py``: optional autotuning with a disk cache; ``split_k.py``: split-K's counters;
 * ``device.py``: the device's SM count (one source), stream and guard.
 
