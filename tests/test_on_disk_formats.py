@@ -183,5 +183,5 @@ def test_a_plan_is_loaded_as_written_or_refused_with_plan_error(folder, data):
     assert plan.setup == written["setup"] and all(plan.setup[k] == v for k, v in plan_file.setup().items())
     assert plan.route == {s["site"]: s["route"] for s in written["sites"]}
     assert all(type(k) is str and type(v) is bool for k, v in plan.route.items())
-    assert plan.fused == {s["site"] for s in written["sites"] if "fused" in s}
+    assert plan.fused == {s["site"]: s["fused"] for s in written["sites"] if "fused" in s}
     assert all(plan.route[k] for k in plan.fused)  # a fused site is a routed one

@@ -1,4 +1,4 @@
-"""Inductor lowerings for ``inductor_mm_plugin::mm/addmm/bmm/mm_swiglu``.
+"""Inductor lowerings for ``inductor_mm_plugin::mm/addmm/bmm/mm_swiglu/mm_activation``.
 
 Without a lowering a custom op reaches Inductor as an opaque fallback kernel. With one,
 Inductor decides how each routed op runs, by the pass's ``RouteDecision`` (decision.py):
@@ -34,6 +34,7 @@ from typing import Iterator
 
 import torch
 
+from ..ops.activation import mm_activation_launch_checked
 from ..ops.swiglu import mm_swiglu_launch
 from ..runtime import addmm_launch, bmm_launch, mm_launch
 from . import compat, decision
@@ -111,6 +112,13 @@ def inductor_mm_plugin_mm_swiglu(x, w_gate, w_up, *, out):
     return mm_swiglu_launch(x, w_gate, w_up, out=out)
 
 
+def inductor_mm_plugin_mm_activation(a, b, bias=None, *, activation, out):
+    result = mm_activation_launch_checked(a, b, bias, activation, out=out)
+    if result is not out:
+        out.copy_(result)
+    return out
+
+
 def _extern_choice(fn):
     # Created once per process; a reload of this module replaces the old attribute instead
     # of tripping the duplicate-name assertion.
@@ -123,6 +131,7 @@ plugin_mm_choice = _extern_choice(inductor_mm_plugin_mm)
 plugin_addmm_choice = _extern_choice(inductor_mm_plugin_addmm)
 plugin_bmm_choice = _extern_choice(inductor_mm_plugin_bmm)
 plugin_mm_swiglu_choice = _extern_choice(inductor_mm_plugin_mm_swiglu)
+plugin_mm_activation_choice = _extern_choice(inductor_mm_plugin_mm_activation)
 
 
 def _template_choices(choices, a, b, nodes, layout, m, n, k, bias, alpha, beta, compete: bool) -> None:
@@ -224,11 +233,27 @@ def lower_mm_swiglu(x, w_gate, w_up):
     return compat.select_algorithm("inductor_mm_plugin_mm_swiglu", choices, [x, w_gate, w_up], layout)
 
 
+def lower_mm_activation(a, b, bias, activation):
+    """The extern op alone: the routing pass puts ``mm_activation`` only where its kernel timed
+    faster than stock's form (activation_pattern.py), so that kernel is what runs."""
+    if compat.cpp_wrapper():
+        return _as_fallback(plugin_ops.mm_activation.default, a, b, bias, activation)
+    if bias is None:
+        _, _, _, layout, a, b = compat.mm_args(a, b)
+        nodes = [a, b]
+    else:
+        _, _, _, layout, a, b, bias = compat.mm_args(a, b, bias)
+        nodes = [a, b, bias]
+    choice = plugin_mm_activation_choice.bind(tuple(nodes), layout, activation=activation)
+    return compat.select_algorithm("inductor_mm_plugin_mm_activation", [choice], nodes, layout)
+
+
 LOWERINGS = {
     plugin_ops.mm.default: lower_mm,
     plugin_ops.addmm.default: lower_addmm,
     plugin_ops.bmm.default: lower_bmm,
     plugin_ops.mm_swiglu.default: lower_mm_swiglu,
+    plugin_ops.mm_activation.default: lower_mm_activation,
 }
 
 

@@ -4,7 +4,9 @@
 one with ``options={"plan": FILE}``: a selected site the plan says the plugin won runs the
 plugin's kernel, every other site stays on stock, and nothing is measured at compile time. A
 SwiGLU pair that won as one fused kernel (``fuse_swiglu="auto"``) is listed as its two sites,
-each marked ``"fused": "swiglu"``, and runs fused again where both are marked.
+each marked ``"fused": "swiglu"``, and runs fused again where both are marked; a Linear that
+won fused with its activation (``mm_activation``) is marked with the activation's name
+(``"fused": "gelu"``) and runs fused again where its graph computes that activation.
 A plan belongs to one model and one setup: it records the plugin, torch and triton versions
 and the GPU, and a site the plan does not know means it was written for another model (or
 other shapes), which is refused with a clear error rather than guessed at.
@@ -19,8 +21,8 @@ import os
 from .selection import not_routed
 
 FORMAT = "inductor_mm_plugin routing plan"
-FORMAT_VERSION = 2  # 2: a site may be marked "fused": "swiglu"
-FUSED = ("swiglu",)
+FORMAT_VERSION = 2  # 2: a site may be marked "fused": "swiglu" (or an activation, below)
+FUSED = ("swiglu", "relu", "gelu", "gelu_tanh", "silu")  # the pair; ops/activation.py's activations
 
 
 class PlanError(ValueError):
@@ -40,7 +42,7 @@ class Plan:
     setup: dict  # plugin, torch, triton, gpu
     route: dict  # site key -> whether the plugin runs there
     model: str = ""  # the class of the model it was written from
-    fused: frozenset = frozenset()  # site keys that won as a fused SwiGLU pair's sites
+    fused: dict = dataclasses.field(default_factory=dict)  # site key -> what it won fused as (FUSED)
 
     def decide(self, site) -> tuple[bool, str]:
         """(routed, reason) for a selected, eligible site that is not fused."""
@@ -53,7 +55,12 @@ class Plan:
 
     def fused_swiglu(self, site) -> bool:
         """Whether ``site`` won as one of a fused SwiGLU pair's two matmuls."""
-        return self._key(site) in self.fused
+        return self.fused.get(self._key(site)) == "swiglu"
+
+    def fused_activation(self, site) -> str | None:
+        """The activation ``site`` won fused with (``mm_activation``), or None."""
+        kind = self.fused.get(self._key(site))
+        return kind if kind != "swiglu" else None
 
     def _key(self, site) -> str:
         key = site_key(site)
@@ -76,7 +83,8 @@ def setup() -> dict:
 
 
 def write(path, routes: dict[str, bool], model: str = "", fused: dict[str, str] | None = None) -> None:
-    """``routes``: site key -> routed; ``fused``: site key -> "swiglu" for a fused pair's sites."""
+    """``routes``: site key -> routed; ``fused``: site key -> "swiglu" for a fused pair's sites, or
+    the activation a site won fused with."""
     fused = fused or {}
     sites = [{"site": k, "route": bool(v), **({"fused": fused[k]} if k in fused else {})}
              for k, v in sorted(routes.items())]  # fmt: skip
@@ -122,7 +130,7 @@ def load(path) -> Plan:
     sites = data.get("sites")
     if not isinstance(sites, list):
         raise malformed(f"'sites' must be a list (the plan has a malformed site list), got {type(sites).__name__}")
-    route, fused = {}, set()
+    route, fused = {}, {}
     for i, entry in enumerate(sites):
         if not isinstance(entry, dict) or not {"site", "route"} <= set(entry) <= {"site", "route", "fused"}:
             raise malformed(f"site {i}: expected an object with 'site', 'route' and optionally 'fused' "
@@ -142,6 +150,6 @@ def load(path) -> Plan:
                 raise malformed(f"site {i}: 'fused' must be one of {list(FUSED)}, got {shown[:80]}")
             if not routed:
                 raise malformed(f"site {i}: a site marked fused must have 'route' true")
-            fused.add(key)
+            fused[key] = kind
         route[key] = routed
-    return Plan(path, written, route, data.get("model", ""), frozenset(fused))  # model: a str, checked above
+    return Plan(path, written, route, data.get("model", ""), fused)  # model: a str, checked above

@@ -204,7 +204,7 @@ class RoutePass(compat.CustomGraphPass):
         key = (
             "inductor_mm_plugin", __version__, _package_source_hash(), select_key, self.options.compete,
             self.options.fuse_swiglu,
-            (sorted(self.options.plan.route.items()), sorted(self.options.plan.fused)) if self.options.plan else None,
+            (sorted(self.options.plan.route.items()), sorted(self.options.plan.fused.items())) if self.options.plan else None,
             dataclasses.astuple(self.root()), marked_classes_fingerprint(), interpreting(), repr(chained),
         )  # fmt: skip
         return hashlib.sha256(repr(key).encode()).hexdigest()
@@ -262,18 +262,7 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
             pair_measured.update(dict.fromkeys(pair[:2], measured))
         fused.update(dict.fromkeys(pair[:2], pair))
     timed = [n for n in timed if n not in fused]
-    # A timed site whose result only an activation reads runs as one mm_activation kernel
-    # where that timed faster than stock's cuBLAS plus pointwise kernel; else it is timed alone.
-    activations = {}  # mm node -> (ActivationSite, measurement)
-    for node in timed:
-        act = match_activation(node)
-        if act is not None:
-            take, reason, measured = measure.decide_activation(act.activation, _measured_site(node)[1],
-                                                               _measured_site(node)[4])  # fmt: skip
-            if take:
-                activations[node] = (act, measured)
-            else:
-                log_decision("not fused %s with its %s: %s", site_of[node], act.activation, reason)
+    activations = _fused_activations(timed, nodes, decisions, fused, site_of, options)
     timed = [n for n in timed if n not in activations]
     done = set()
     records = []
@@ -295,8 +284,9 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
         elif node in activations:
             act, measured = activations[node]
             fuse_activation(graph, act)
-            log_decision("routed %s; fused with its %s into inductor_mm_plugin::mm_activation: the fused kernel's %s",
-                         site, act.activation, measured.describe())  # fmt: skip
+            why = f": the fused kernel's {measured.describe()}" if measured else " (routing plan)"
+            log_decision("routed %s; fused with its %s into inductor_mm_plugin::mm_activation%s", site,
+                         act.activation, why)  # fmt: skip
         elif routed:
             if options.plan is not None:
                 routed, reason = options.plan.decide(site)
@@ -325,6 +315,31 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     graph.lint()
     measure.compile_routed(extern)
     return records
+
+
+def _fused_activations(timed: list, nodes: list, decisions: list, fused: dict, site_of: dict,
+                       options: PluginOptions) -> dict:  # fmt: skip
+    """The sites that run as one ``mm_activation`` with the activation their result feeds
+    (activation_pattern.py), each with its measurement: under compete="auto", a timed site
+    where the fused kernel timed faster than stock's cuBLAS plus pointwise kernel
+    (``measure.decide_activation``; a site that loses is then timed alone); under a plan,
+    where the plan says the site won fused with this activation."""
+    if options.plan is not None:
+        routed = [n for n, (ok, _) in zip(nodes, decisions) if ok and n not in fused]
+        return {n: (act, None) for n in routed if (act := match_activation(n)) is not None
+                and options.plan.fused_activation(site_of[n]) == act.activation}  # fmt: skip
+    activations = {}
+    for node in timed:
+        act = match_activation(node)
+        if act is None:
+            continue
+        _, vals, _, _, graphs = _measured_site(node)
+        take, reason, measured = measure.decide_activation(act.activation, vals, graphs)
+        if take:
+            activations[node] = (act, measured)
+        else:
+            log_decision("not fused %s with its %s: %s", site_of[node], act.activation, reason)
+    return activations
 
 
 def _timed_swiglu(pair: tuple, site: Site) -> tuple[bool, Measurement | None]:
