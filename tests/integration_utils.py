@@ -10,7 +10,7 @@ from conftest import DEVICE
 from torch._inductor.utils import fresh_cache as fresh_inductor_cache
 from torch._inductor.utils import run_and_get_code
 
-PLUGIN_CALL = re.compile(r"extern_kernels\.inductor_mm_plugin_(mm|addmm|bmm|mm_swiglu)\(")
+PLUGIN_CALL = re.compile(r"extern_kernels\.inductor_mm_plugin_(mm|addmm|bmm|mm_swiglu|mm_activation)\(")
 # Stock Inductor's matmuls on CPU/GPU: aten extern kernels (or its own bias_addmm).
 STOCK_CALL = re.compile(r"extern_kernels\.(mm|addmm|bmm|bias_addmm)\(")
 

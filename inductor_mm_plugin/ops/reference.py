@@ -114,3 +114,33 @@ def assert_mm_swiglu_close(out, x, w_gate, w_up) -> None:
                  + (UNIT_ROUNDOFF[out.dtype] + 4 * UNIT_ROUNDOFF[torch.float32]) * ref.abs()
                  + 4 * UNDERFLOW[torch.float32] + UNDERFLOW[out.dtype]) + 1e-30  # fmt: skip
     _assert_within(out, ref, bound)
+
+
+# The activations' largest slopes (|d act / dz|): GELU's is 1.129 (at z = 2.42), SiLU's 1.1.
+_ACTIVATION_LIPSCHITZ = {"relu": 1.0, "gelu": 1.13, "gelu_tanh": 1.13, "silu": 1.1}
+# The fused kernel's activation in fp32 (kernels/activation.py): GELU's erf to 1.7e-6 relative
+# error, and 1e-8 absolute in its negative tail; the exp2 forms to a few fp32 ulps.
+_ACTIVATION_RELATIVE, _ACTIVATION_ABSOLUTE = 4e-6, 1e-7
+
+
+def mm_activation_reference(a, b, bias, activation: str) -> torch.Tensor:
+    """``activation(a @ b + bias)`` in float64."""
+    from .activation import ACTIVATIONS
+
+    return ACTIVATIONS[activation](matmul_reference(a, b, bias))
+
+
+def assert_mm_activation_close(out, a, b, bias, activation: str) -> None:
+    """Fail with the worst element when ``out`` is outside the bound for ``activation(a @ b +
+    bias)``: the matmul's own bound (rounded to the dtype or not: stock rounds it, the fused
+    kernel does not) through the activation's largest slope, plus the activation's evaluation
+    in fp32 and the output's rounding, times 2."""
+    z = matmul_reference(a, b, bias)
+    ref = mm_activation_reference(a, b, bias, activation)
+    if _empty_or_checked(out, ref, a.dtype):
+        return
+    e_z = error_bound(a, b, bias, reference=z)
+    bound = 2 * (_ACTIVATION_LIPSCHITZ[activation] * e_z
+                 + (UNIT_ROUNDOFF[out.dtype] + _ACTIVATION_RELATIVE) * ref.abs() + _ACTIVATION_ABSOLUTE * z.abs()
+                 + UNDERFLOW[out.dtype]) + 1e-30  # fmt: skip
+    _assert_within(out, ref, bound)
