@@ -530,8 +530,11 @@ def test_epilogue_floors_pair_each_round_and_report_the_bar():
     # Round 2 ran with the GPU's clock down (every arm slower): per-round pairing keeps it out.
     times = {"stock": [1.30, 2.60, 1.31], "plugin": [1.20, 2.40, 1.21], "fused": [1.10, 2.30, 1.09],
              "bare_plugin": [1.00, 2.00, 1.00], "bare_cublas": [0.95, 1.90, 0.96],
-             "cublaslt_gelu": [1.02, 2.04, 1.03], "fused_one_exp": [1.04, 2.08, 1.05]}  # fmt: skip
+             "cublaslt_gelu": [1.02, 2.04, 1.03], "fused_one_exp": [1.04, 2.08, 1.05],
+             "op_fused": [1.05, 2.10, 1.06]}  # fmt: skip
     row = bench_epilogue.floor_fields(times)
+    assert row["op_fused_over_bare"] == pytest.approx(1.05) and row["op_fused_ms"] == 1.06
+    assert row["op_fused_vs_stock"] == pytest.approx(1.30 / 1.05)
     assert row["fused_one_exp_over_bare"] == pytest.approx(1.04) and row["fused_one_exp_ms"] == 1.05
     assert row["fused_one_exp_vs_fused"] == pytest.approx(1.10 / 1.04)
     assert row["fused_one_exp_vs_stock"] == pytest.approx(1.30 / 1.04)
@@ -571,7 +574,7 @@ def test_epilogue_floor_arms_compute_what_they_are_checked_against(act):
     x = torch.randn(20, 32, dtype=bench_epilogue.DT)
     arms = bench_epilogue.floor_arms(model, _timing.plugin_backend())
     gelu_arms = {"cublaslt_gelu", "fused_one_exp"}
-    assert set(arms) == {"fused", "bare_plugin", "bare_cublas"} | (gelu_arms if act == "gelu" else set())
+    assert set(arms) == {"fused", "bare_plugin", "bare_cublas", "op_fused"} | (gelu_arms if act == "gelu" else set())
     with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False):
         for name, (fn, reference) in arms.items():
             forced = name in ("fused", "bare_plugin", "fused_one_exp")
@@ -625,9 +628,10 @@ def test_epilogue_block_with_floors_runs_end_to_end_on_the_cpu(monkeypatch):
     import bench_epilogue
     import torch.nn.functional as F
 
-    ms = {"stock": 1.3, "plugin": 1.2, "fused": 1.1, "bare_plugin": 1.0, "bare_cublas": 0.9, "cublaslt_gelu": 0.95,
-          "fused_one_exp": 1.04}  # fmt: skip
-    order = iter(["plugin", "stock", "fused", "bare_plugin", "bare_cublas", "cublaslt_gelu", "fused_one_exp"])
+    ms = {"stock": 1.3, "plugin": 1.2, "fused": 1.1, "bare_plugin": 1.0, "bare_cublas": 0.9, "op_fused": 1.02,
+          "cublaslt_gelu": 0.95, "fused_one_exp": 1.04}  # fmt: skip
+    order = iter(["plugin", "stock", "fused", "bare_plugin", "bare_cublas", "op_fused", "cublaslt_gelu",
+                  "fused_one_exp"])  # fmt: skip
 
     class FakeTimer:
         def __init__(self, fn, target_ms=2.0, most=500):
@@ -646,7 +650,7 @@ def test_epilogue_block_with_floors_runs_end_to_end_on_the_cpu(monkeypatch):
     assert row["speedup"] == pytest.approx(1.3 / 1.2) and row["fused_over_bare"] == pytest.approx(1.1)
     assert row["bare_plugin_vs_cublas"] == pytest.approx(0.9) and row["cublaslt_over_bare"] == pytest.approx(0.95 / 0.9)
     assert row["rel_err"] < 3e-2 and row["fused_ms"] == 1.1
-    assert row["fused_one_exp_over_bare"] == pytest.approx(1.04)
+    assert row["fused_one_exp_over_bare"] == pytest.approx(1.04) and row["op_fused_over_bare"] == pytest.approx(1.02)
     # On the CPU the plugin's kernel is an extern call and the whole epilogue one C++ kernel of Inductor's.
     assert row["fused_kernels"] == 1 and row["fused_one_exp_kernels"] == 1
 
