@@ -125,8 +125,8 @@ def time_arms(name, x, arms: dict[str, tuple], n_rounds=3, max_err=3e-2):
 # fused with its GELU written as ``gelu_one_exp``.
 FORCED = dict(select="all", compete=False)
 
-# Q(a) = log(erfcx(a)) on [0, 4], degree 10 in a - 2, lowest power first: probe_overlap.py's
-# ``_gelu_poly`` (its docstring says how it was fitted).
+# Q(a) = log(erfcx(a)) on [0, 4], degree 10 in a - 2, lowest power first: kernels/activation.py's
+# ``_gelu_erf`` (its docstring says how it was fitted).
 GELU_Q = (-1.36494124, -0.418159962, 0.0762483999, -0.0164693296, 0.00357270753, -0.000726536207, 0.00013342085,
           -2.40024874e-05, 2.7987569e-06, 9.89686214e-07, -3.51833222e-07)  # fmt: skip
 

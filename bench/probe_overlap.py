@@ -17,7 +17,8 @@ stores) rather than on the package's kernels, so that the probe changes nothing 
 
 Neither hid it on the H100 (docs/performance.md, "Device runs (2026-12-07, eighth session)"):
 the cost is the activation's own MUFU and FMA work. So ``--acts`` also times cheaper forms:
-an exact GELU with one ex2 (``_gelu_poly``), GELU and SiLU with one ``tanh.approx``, and ReLU.
+an exact GELU with one ex2 (``_gelu_poly``: the package's ``kernels/activation._gelu_erf``), GELU
+and SiLU with one ``tanh.approx``, and ReLU.
 
 Per shape and config: the bare tile (bias only) and the tile with each activation, in GPU time
 (CUDA graphs), against cuBLAS's Linear, cuBLASLt's bias+GELU (``torch._addmm_activation``) and
@@ -44,31 +45,9 @@ import triton.language as tl
 from _timing import add_common_args, append_jsonl, header, median, ratios, require_cuda, run_meta
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from inductor_mm_plugin.kernels.activation import _gelu_erf as _gelu_poly  # the kernels' fused GELU
 from inductor_mm_plugin.kernels.matmul import _tile_coords  # the kernels' grouped tile order
 from inductor_mm_plugin.runtime import benchmarking
-
-
-@triton.jit
-def _gelu_poly(x):
-    """Exact (erf) GELU with one MUFU op: x * (1 - erfc(u) / 2) for u = x / sqrt(2) >= 0, x * erfc(-u) / 2
-    below, with erfc(a) = exp(-a^2 + Q(a)) and Q = log(erfcx) on [0, 4] as a degree-10 polynomial in
-    a - 2 (near-minimax on absolute error, fitted in float64 with scipy; 3.6e-7 evaluated in float32).
-    Max relative error 1.7e-6 in float32 where |GELU| > 1e-3 (0.5 x (1 + erf) in float32: 5.1e-5;
-    tests/test_bench_scripts.py checks 4e-6)."""
-    u = x * 0.7071067811865476
-    s = tl.minimum(tl.abs(u), 4.0) - 2.0
-    q = -3.51833222e-07 * s + 9.89686214e-07
-    q = q * s + 2.7987569e-06
-    q = q * s - 2.40024874e-05
-    q = q * s + 0.00013342085
-    q = q * s - 0.000726536207
-    q = q * s + 0.00357270753
-    q = q * s - 0.0164693296
-    q = q * s + 0.0762483999
-    q = q * s - 0.418159962
-    q = q * s - 1.36494124
-    half_erfc = 0.5 * tl.exp2((q - u * u) * 1.4426950408889634)
-    return tl.where(u >= 0, x - x * half_erfc, x * half_erfc)
 
 
 @triton.jit

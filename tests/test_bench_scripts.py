@@ -20,7 +20,6 @@ sys.path.insert(0, str(BENCH))
 import _compiling  # noqa: E402
 import _timing  # noqa: E402
 import shapes  # noqa: E402
-from probe_overlap import _gelu_poly  # noqa: E402  (a kernel below calls it: Triton resolves module globals)
 
 
 def test_random_shapes_follow_the_seed_and_the_caps():
@@ -657,7 +656,7 @@ def test_epilogue_block_with_floors_runs_end_to_end_on_the_cpu(monkeypatch):
 
 def test_gelu_one_exp_is_the_exact_gelu_to_float32_accuracy():
     """bench_epilogue's one-exp GELU in torch ops (the fused arm's epilogue), float32 across
-    [-12, 12] against float64's erf GELU: the bound probe_overlap's ``_gelu_poly`` is held to."""
+    [-12, 12] against float64's erf GELU: the bound kernels/activation.py's ``_gelu_erf`` is held to."""
     import bench_epilogue
     import torch.nn.functional as F
 
@@ -688,30 +687,3 @@ def test_probe_overlap_checks_every_config_and_activation_on_the_cpu(tmp_path):
     z = x.double() @ w.double().T + bias.double()
     _, err = probe_overlap._checked(x, w, bias.half(), (32, 32, 32, 4, 3, 2, True, False, False), "silu", 4, F.gelu(z))
     assert isinstance(err, str) and err.startswith("wrong")
-
-
-def test_probe_overlap_gelu_poly_is_the_exact_gelu_to_float32_accuracy():
-    """probe_overlap's one-ex2 GELU (``_gelu_poly``), elementwise in the interpreter on float32
-    inputs across [-12, 12] and its tails, against float64's erf GELU: relative error at most
-    4e-6 where |GELU(x)| > 1e-3 (its docstring says 1.7e-6; float32's own 0.5 x (1 + erf) is
-    5e-5 there), and absolute error at most 1e-6 elsewhere."""
-    import torch.nn.functional as F
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def gelu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + offs, mask=offs < n)
-        tl.store(out_ptr + offs, _gelu_poly(x), mask=offs < n)
-
-    torch.manual_seed(0)
-    x = torch.cat([torch.linspace(-12, 12, 48001), torch.randn(8000) * 3, torch.tensor([0.0, -0.0, 1e-30, -1e-30])])
-    out = torch.full_like(x, float("nan"))
-    gelu_kernel[(triton.cdiv(x.numel(), 4096),)](x, out, x.numel(), BLOCK=4096)
-    ref = F.gelu(x.double())
-    err = (out.double() - ref).abs()
-    big = ref.abs() > 1e-3
-    assert not out.isnan().any()
-    assert (err[big] / ref[big].abs()).max() <= 4e-6
-    assert err[~big].max() <= 1e-6
