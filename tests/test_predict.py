@@ -43,6 +43,7 @@ def sites_seen(monkeypatch):
     monkeypatch.setattr(routing, "_on_cuda", lambda node: True)
     monkeypatch.setattr(measure, "precompile", lambda sites: seen["routed_pass"].extend(sites) or 0)
     monkeypatch.setattr(measure, "decide", lambda *site: (False, "not measured in this test", None))
+    monkeypatch.setattr(measure, "decide_activation", lambda *site: (False, "not measured in this test", None))
     monkeypatch.setattr(measure, "compile_routed", lambda sites: 0)
     with compat.fresh_inductor_cache():  # the routing pass runs: no graph from Inductor's cache
         yield seen
