@@ -70,13 +70,18 @@ class Residual(nn.Module):
         return x + self.lin(x)
 
 
-def suite(quick=False, tokens=TOKENS, widths=WIDTHS):
+BLOCKS = ("Linear+GELU", "Linear+SiLU", "SwiGLU MLP", "Linear+residual")
+
+
+def suite(quick=False, tokens=TOKENS, widths=WIDTHS, blocks=BLOCKS):
     for m in TOKENS[-1:] if quick else tokens:
         for d, f in (WIDTHS[0], WIDTHS[-1]) if quick else widths:
-            yield "Linear+GELU", m, d, f, d, lambda d=d, f=f: LinearAct(d, f, F.gelu)
-            yield "Linear+SiLU", m, d, f, d, lambda d=d, f=f: LinearAct(d, f, F.silu)
-            yield "SwiGLU MLP", m, d, f, d, lambda d=d, f=f: SwiGLU(d, f)
-            yield "Linear+residual", m, d, d, d, lambda d=d: Residual(d)
+            made = {"Linear+GELU": (f, lambda d=d, f=f: LinearAct(d, f, F.gelu)),
+                    "Linear+SiLU": (f, lambda d=d, f=f: LinearAct(d, f, F.silu)),
+                    "SwiGLU MLP": (f, lambda d=d, f=f: SwiGLU(d, f)),
+                    "Linear+residual": (d, lambda d=d: Residual(d))}  # fmt: skip
+            for name in blocks:
+                yield name, m, d, made[name][0], d, made[name][1]
 
 
 def init_(model):
@@ -249,6 +254,7 @@ def main(argv=None):
                    help="the suite's token counts M to run (both by default)")
     p.add_argument("--widths", nargs="*", default=[f"{d}x{f}" for d, f in WIDTHS],
                    choices=[f"{d}x{f}" for d, f in WIDTHS], help="the suite's (hidden x ffn) pairs to run (all by default)")
+    p.add_argument("--blocks", nargs="*", default=list(BLOCKS), choices=BLOCKS, help="the suite's blocks (all by default)")
     p.add_argument("--md", default=None, help="also write the markdown table to this file")
     add_common_args(p, "epilogue.jsonl")
     args = p.parse_args(argv)
@@ -260,7 +266,8 @@ def main(argv=None):
                widths=args.widths, sm_clock_start=sm_clock())  # fmt: skip
     jsonl = pathlib.Path(args.out) / "epilogue.jsonl"
     rows = []
-    for name, m, d, f, k, make in suite(args.quick, args.tokens, [tuple(map(int, w.split('x'))) for w in args.widths]):
+    widths = [tuple(map(int, w.split("x"))) for w in args.widths]
+    for name, m, d, f, k, make in suite(args.quick, args.tokens, widths, args.blocks):
         torch.manual_seed(0)
         model = init_(make())
         x = torch.randn(m, d, device="cuda", dtype=DT)
@@ -270,6 +277,9 @@ def main(argv=None):
         append_jsonl(jsonl, [row], meta)  # after every row: a run cut short keeps what it measured
         mat = f"  max-autotune {row['max_autotune_ms']:.3f}" if "max_autotune_ms" in row else ""
         fl = f"  fused/bare {row['fused_over_bare']:.3f}" if "fused_over_bare" in row else ""
+        if "op_fused_ms" in row:
+            fl += (f"  mm_activation {row['op_fused_ms']:.3f} ms, /bare {row['op_fused_over_bare']:.3f}, "
+                   f"vs stock x{row['op_fused_vs_stock']:.3f}")  # fmt: skip
         print(f"{name:16s} M={m:5d} d={d:5d} f={f:5d}  stock {row['stock_ms']:.3f} ms  plugin {row['plugin_ms']:.3f} ms"
               f"  x{row['speedup']:.3f}{mat}{fl}", flush=True)  # fmt: skip
         del model, x
