@@ -19,7 +19,6 @@ from conftest import DEVICE, HAS_CUDA
 from integration_utils import count_calls, fresh_inductor_cache, no_graph_caches
 from torch._inductor.utils import run_and_get_code
 
-import inductor_mm_plugin
 from inductor_mm_plugin import KernelFallbackWarning, mm_activation
 from inductor_mm_plugin.inductor import measure
 from inductor_mm_plugin.inductor.activation_pattern import match_activation
@@ -359,7 +358,6 @@ def test_gpu_a_default_compile_of_linear_gelu_runs_what_was_decided(fresh_state)
     (record,) = records
     text = "\n".join(codes)
     assert text.count(FUSED_CALL) == (record.fused == "gelu")
-    assert record.measured is not None
+    assert record.fused is None or (record.routed and record.measured.faster)  # fused only where it won
     lin = model[0]
     assert_mm_activation_close(out, x, lin.weight.t(), lin.bias, "gelu")
-    assert inductor_mm_plugin is not None
