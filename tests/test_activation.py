@@ -221,7 +221,7 @@ def test_the_pattern_leaves_other_epilogues_alone(act, reuse):
 def timed(monkeypatch):
     """Timing answers ``ratios[op]`` (stock time / plugin time) in every round (an
     activation's op by its prefix); ``calls`` lists each timed op."""
-    state = {"ratios": {measure.ACTIVATION_OP: 1.2, "addmm": 0.9, "mm": 0.9}, "calls": []}
+    state = {"ratios": {measure.ACTIVATION_OP: 1.2, "addmm": 0.9, "mm": 0.9}, "calls": [], "precompiled": []}
 
     def fake(key, op, vals, alpha, beta, graphs):
         state["calls"].append(op)
@@ -229,7 +229,7 @@ def timed(monkeypatch):
         return Measurement(10.0, 10.0 * ratio, (ratio,) * 5, graphs)
 
     monkeypatch.setattr(measure, "cached_or_measure", fake)
-    monkeypatch.setattr(measure, "precompile", lambda sites: 0)
+    monkeypatch.setattr(measure, "precompile", lambda sites: state["precompiled"].extend(s[0] for s in sites) or 0)
     monkeypatch.setattr(measure, "compile_routed", lambda sites: len(sites))
     return state
 
@@ -272,6 +272,8 @@ def test_a_linear_gelu_that_times_faster_fused_runs_mm_activation(timed):
     graph = _linear_gelu_graph()
     (record,) = _route(graph)
     assert timed["calls"] == [measure.ACTIVATION_OP + "gelu"]  # the fused form, not the site alone
+    # Both forms' kernels compiled side by side before the timing (either may run).
+    assert timed["precompiled"] == ["addmm", measure.ACTIVATION_OP + "gelu"]
     (node,) = [n for n in graph.nodes if n.target == MM_ACTIVATION]
     assert node.args[3] == "gelu" and [a.name for a in node.args[:3]] == ["x", "w", "bias"]
     assert record.routed and record.fused == "gelu" and record.measured.ratio == 1.2
@@ -287,6 +289,16 @@ def test_a_linear_gelu_that_times_slower_fused_is_timed_alone(timed, caplog):
     assert timed["calls"] == [measure.ACTIVATION_OP + "gelu", "addmm"]
     assert not [n for n in graph.nodes if n.target == MM_ACTIVATION]
     assert record.fused is None and not record.routed and "not fused" in caplog.text
+
+
+def test_the_fused_forms_precompile_call_names_its_activation():
+    x, w, bias = randn(64, 32, dtype=torch.bfloat16), randn(48, 32, dtype=torch.bfloat16).t(), \
+        randn(48, dtype=torch.bfloat16)  # fmt: skip
+    todo = {"k1": (measure.ACTIVATION_OP + "silu", measure.layouts([bias, x, w]), torch.bfloat16, x.device, 1, 1),
+            "k2": ("addmm", measure.layouts([bias, x, w]), torch.bfloat16, x.device, 1, 1)}  # fmt: skip
+    calls, swiglu_calls = measure._compile_args(todo)
+    assert [len(c) for c in calls] == [7, 6] and calls[0][6] == "silu" and not swiglu_calls
+    assert [tuple(t.shape) for t in calls[0][:4]] == [(64, 32), (32, 48), (64, 48), (48,)]
 
 
 def test_a_result_read_elsewhere_is_not_timed_fused(timed):

@@ -388,7 +388,7 @@ def _distinct(sites, skip=lambda key, site: False) -> dict:
 
 def _compile_args(todo: dict) -> tuple[list[tuple], list[tuple]]:
     """``runtime.compile_calls``' calls for ``_distinct``'s sites (outside fake mode): the
-    matmuls' (a, b, out, bias, beta, alpha) and the SwiGLU pairs' (x, w_gate, w_up, out), on
+    matmuls' (a, b, out, bias, beta, alpha[, activation]) and the SwiGLU pairs' (x, w_gate, w_up, out), on
     tensors with each site's sizes, strides and storage offsets, so the calls plan and
     specialize as ``measure``'s timed calls and the model's own calls do. Nothing is launched
     on them, so they are views of one uninitialized buffer per device and dtype, the size of
@@ -408,8 +408,9 @@ def _compile_args(todo: dict) -> tuple[list[tuple], list[tuple]]:
         if op == "swiglu":
             swiglu_calls.append((*args, out))
             continue
-        bias, (a, b) = (args[0], args[1:]) if op == "addmm" else (None, args)
-        calls.append((a, b, out, bias, beta, alpha))
+        bias, (a, b) = (args[0], args[1:]) if op == "addmm" or len(args) == 3 else (None, args)
+        activation = (op.removeprefix(ACTIVATION_OP),) if op.startswith(ACTIVATION_OP) else ()
+        calls.append((a, b, out, bias, beta, alpha, *activation))
     return calls, swiglu_calls
 
 

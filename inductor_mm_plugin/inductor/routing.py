@@ -253,7 +253,11 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     timed = [n for n, (routed, _) in zip(nodes, decisions) if routed and n not in fused_untimed and _on_cuda(n)]
     timed = timed if options.compete == "auto" and options.plan is None else []
     timed_pair_sites = [_swiglu_site(pair) for pair in pairs if _on_cuda(pair[0])] if timed_pairs else []
-    measure.precompile([_measured_site(n) for n in timed] + timed_pair_sites)
+    # A timed site whose result only an activation reads is timed fused first (below): its
+    # fused kernel compiles beside the others.
+    matched = {n: act for n in timed if n not in fused_untimed and (act := match_activation(n)) is not None}
+    fused_sites = [(measure.ACTIVATION_OP + act.activation, *_measured_site(n)[1:]) for n, act in matched.items()]
+    measure.precompile([_measured_site(n) for n in timed] + timed_pair_sites + fused_sites)
     for pair in pairs:
         if timed_pairs:
             take, measured = _timed_swiglu(pair, site_of[pair[0]])
@@ -262,7 +266,8 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
             pair_measured.update(dict.fromkeys(pair[:2], measured))
         fused.update(dict.fromkeys(pair[:2], pair))
     timed = [n for n in timed if n not in fused]
-    activations = _fused_activations(timed, nodes, decisions, fused, site_of, options)
+    activations = _fused_activations({n: a for n, a in matched.items() if n not in fused}, nodes, decisions, fused,
+                                     site_of, options)  # fmt: skip
     timed = [n for n in timed if n not in activations]
     done = set()
     records = []
@@ -317,22 +322,19 @@ def route_graph(graph: torch.fx.Graph, options: PluginOptions, root: RootInfo, l
     return records
 
 
-def _fused_activations(timed: list, nodes: list, decisions: list, fused: dict, site_of: dict,
+def _fused_activations(matched: dict, nodes: list, decisions: list, fused: dict, site_of: dict,
                        options: PluginOptions) -> dict:  # fmt: skip
     """The sites that run as one ``mm_activation`` with the activation their result feeds
     (activation_pattern.py), each with its measurement: under compete="auto", a timed site
-    where the fused kernel timed faster than stock's cuBLAS plus pointwise kernel
-    (``measure.decide_activation``; a site that loses is then timed alone); under a plan,
-    where the plan says the site won fused with this activation."""
+    (``matched``: each with its activation) where the fused kernel timed faster than stock's
+    cuBLAS plus pointwise kernel (``measure.decide_activation``; a site that loses is then
+    timed alone); under a plan, where the plan says the site won fused with this activation."""
     if options.plan is not None:
         routed = [n for n, (ok, _) in zip(nodes, decisions) if ok and n not in fused]
         return {n: (act, None) for n in routed if (act := match_activation(n)) is not None
                 and options.plan.fused_activation(site_of[n]) == act.activation}  # fmt: skip
     activations = {}
-    for node in timed:
-        act = match_activation(node)
-        if act is None:
-            continue
+    for node, act in matched.items():
         _, vals, _, _, graphs = _measured_site(node)
         take, reason, measured = measure.decide_activation(act.activation, vals, graphs)
         if take:

@@ -25,15 +25,17 @@ from .swiglu import compile_swiglu
 log = logging.getLogger(__name__)
 
 
-def _compile_call(a, b, out, bias=None, beta=1, alpha=1) -> bool:
+def _compile_call(a, b, out, bias=None, beta=1, alpha=1, activation="") -> bool:
     """Compile the kernel that ``mm``/``bmm`` (``bias`` None) or ``addmm`` on these operands
-    would launch, without launching: the plan the call will find, its kernel in Triton's
-    cache. False where the call would not run the kernel (aten's fallback, nothing to compute)."""
+    would launch (``mm_activation`` with ``activation``), without launching: the plan the call
+    will find, its kernel in Triton's cache. False where the call would not run the kernel
+    (aten's fallback, nothing to compute)."""
     if kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is not None or out.numel() == 0:
         return False
     from .launch import launch
 
-    launch(a, b, out, None if bias is None else bias.expand(out.shape), beta, alpha, compile_only=True)
+    launch(a, b, out, None if bias is None else bias.expand(out.shape), beta, alpha, compile_only=True,
+           activation=activation)  # fmt: skip
     return True
 
 
@@ -72,12 +74,13 @@ def kernel_groups(calls: list[tuple]) -> dict:
     for call in calls:
         key = ("unplanned", object())  # a group of its own
         try:
-            a, b, out, bias, beta, alpha = _call_args(*call)
+            a, b, out, bias, beta, alpha, activation = _call_args(*call)
             if (not launch_module._AUTOTUNE and out.numel()
                     and kernel_unsupported_reason(*(t for t in (a, b, bias) if t is not None)) is None):  # fmt: skip
                 expanded = None if bias is None else bias.expand(out.shape)
                 with torch.no_grad():
-                    plan = launch_module.launch(a, b, out, expanded, beta, alpha, plan_only=True)
+                    plan = launch_module.launch(a, b, out, expanded, beta, alpha, plan_only=True,
+                                                activation=activation)  # fmt: skip
                 key = plan.kernel_key(a, b, out, expanded)
         except Exception:  # noqa: BLE001 (left to compile on its own, which reports)
             log.debug("planning %s ahead failed", _describe(call), exc_info=True)
@@ -152,8 +155,8 @@ def wait_for(key: tuple) -> None:
 _THREAD = threading.local()  # .behind: this thread compiles in the background
 
 
-def _call_args(a, b, out, bias=None, beta=1, alpha=1) -> tuple:
-    return a, b, out, bias, beta, alpha
+def _call_args(a, b, out, bias=None, beta=1, alpha=1, activation="") -> tuple:
+    return a, b, out, bias, beta, alpha, activation
 
 
 def _in_background(call) -> bool:
