@@ -34,8 +34,8 @@ from ..interpreter import interpreting
 from ..runtime.swiglu import fused_reason
 from ..version import __version__
 from . import compat, decision, measure
-from .decision import Compete, RouteDecision
 from .activation_pattern import fuse_activation, match_activation
+from .decision import Compete, RouteDecision
 from .graph import copy_meta, feeds_pointwise
 from .measure import Measurement
 from .records import SiteRecord, log_decision, publish

@@ -119,7 +119,7 @@ def _choose(prob, layout, flags, a, b, out, bias, alpha, beta, autotune: bool, c
 
 def launch(a, b, out, bias=None, beta=1.0, alpha=1.0, *, autotune=None, config=None, compile_only=False,
            copy_unaligned=None, plan_only=False, activation="") -> Plan:  # fmt: skip
-    """out = alpha * a @ b (+ beta * bias), then ``activation`` (``ACTIVATIONS``), on 2-D or 3-D
+    """out = alpha * a @ b (+ beta * bias), then ``activation`` (kernels/activation.py), on 2-D or 3-D
     (batched) views; returns the plan used.
 
     ``bias``, when given, is already expanded to ``out``'s shape (stride 0 where broadcast).
