@@ -347,4 +347,5 @@ def test_gpu_auto_leaves_unaligned_swiglu_unfused():
     with fresh_inductor_cache(), record_sites() as records:
         run_and_get_code(torch.compile(lambda x, g, u: F.silu(x @ g) * (x @ u), backend="inductor_mm_plugin",
                                        options={"fuse_swiglu": "auto"}), x, w_gate, w_up)  # fmt: skip
-    assert [r.fused for r in records] == [None, None]
+    # The pair stays unfused; the gate alone may run fused with its SiLU where that timed faster.
+    assert [r.fused for r in records] in ([None, None], ["silu", None])

@@ -90,6 +90,7 @@ def test_gpu_predicted_sites_are_a_llamas_routing_pass_sites(monkeypatch, train)
     monkeypatch.setattr(measure, "compile_predicted", lambda sites: seen["predicted"].extend(sites) or 0)
     monkeypatch.setattr(measure, "precompile", lambda sites: seen["routing pass"].extend(sites) or 0)
     monkeypatch.setattr(measure, "decide", lambda *site: (False, "not measured in this test", None))
+    monkeypatch.setattr(measure, "decide_activation", lambda *site: (False, "not measured in this test", None))
     monkeypatch.setattr(measure, "_sure", lambda *site: None)
     model = tiny_llama().cuda().to(torch.bfloat16)
     ids = torch.randint(0, 256, (4, 32), device="cuda")
@@ -99,7 +100,9 @@ def test_gpu_predicted_sites_are_a_llamas_routing_pass_sites(monkeypatch, train)
         if train:
             out.loss.backward()
     predicted = {measure.signature(*site) for site in seen["predicted"]}
-    # (a SwiGLU pair the routing pass would time is compiled with them, as op "swiglu": not a site)
-    k_of = {measure.signature(*site): site[1][-2].shape[-1] for site in seen["routing pass"] if site[0] != "swiglu"}
+    # (a SwiGLU pair the routing pass would time is compiled with them, as op "swiglu", and a
+    # gate's form fused with its SiLU, as "mm_activation:silu": not sites)
+    k_of = {measure.signature(*site): site[1][-2].shape[-1] for site in seen["routing pass"]
+            if site[0] != "swiglu" and not site[0].startswith(measure.ACTIVATION_OP)}  # fmt: skip
     assert predicted <= k_of.keys() and len(predicted) >= 4, predicted - k_of.keys()
     assert all(k_of[s] == 1 for s in k_of.keys() - predicted), k_of.keys() - predicted
