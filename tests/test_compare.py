@@ -322,6 +322,7 @@ def test_competing_sites_are_marked_in_the_tables():
     assert _routed(SiteResult(**site, routed=True, reason="")) == "yes"
     assert _routed(SiteResult(**site, routed=False, reason="select")) == "no"
     assert _routed(SiteResult(**site, routed=True, reason="", fused="swiglu")) == "yes, SwiGLU"
+    assert _routed(SiteResult(**site, routed=True, reason="", fused="gelu")) == "yes, fused with gelu"
 
 
 def test_json_names_what_a_site_competes_with():
@@ -352,6 +353,11 @@ def test_fused_sites_say_what_their_times_measure(mlp_report):
         assert ("yes, SwiGLU*" in fused.site_table()) == (timed == "kernel")
     unfused = dataclasses.replace(mlp_report, sites=[dataclasses.replace(site, fused=None, timed="kernel")])
     assert pair_note not in str(unfused) and kernel_note not in str(unfused)
+    # A Linear fused with its activation: its own note, not the SwiGLU ones.
+    act = dataclasses.replace(mlp_report, sites=[dataclasses.replace(site, fused="gelu", timed="kernel")])
+    assert "inductor_mm_plugin::mm_activation" in str(act) and "yes, fused with gelu" in act.site_table()
+    assert pair_note not in str(act) and kernel_note not in str(act)
+    assert "mm_activation" not in str(unfused) and "mm_activation" not in str(fused)
 
 
 def swiglu_report(**kwargs):

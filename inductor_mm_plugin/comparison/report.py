@@ -69,7 +69,8 @@ class SiteResult:
     reason: str
     plugin_ms: float | None = None
     compete: str | None = None  # routed, but Inductor's autotuner may have kept aten (SiteRecord.compete)
-    fused: str | None = None  # "swiglu": one of the two matmuls of an inductor_mm_plugin::mm_swiglu
+    fused: str | None = None  # "swiglu": one of the two matmuls of an inductor_mm_plugin::mm_swiglu; an
+    # activation's name ("gelu"): the matmul of an inductor_mm_plugin::mm_activation
     aten_ms: float | None = None
     # What plugin_ms and aten_ms are: "profile", the site's kernels' GPU time inside each arm's
     # model step (profile.py); "kernel", the site's matmul timed alone on its exact layout
@@ -253,11 +254,18 @@ _FUSED_NOTE = ("\"yes, SwiGLU\" sites marked *: their times are the plugin's pla
                "fused kernel (inductor_mm_plugin::mm_swiglu), timed only as part of the graph")
 
 
+_ACTIVATION_NOTE = ("\"yes, fused with ...\" sites: each row times the site's matmul and activation as one kernel "
+                    "(inductor_mm_plugin::mm_activation) against stock's cuBLAS matmul and Inductor's pointwise pass "
+                    "for the activation, on the site's operands (the routing pass's measurement)")
+
+
 def _notes(sites) -> list[str]:
     """The notes a report's timed fused sites need."""
     timed = [s for s in sites if s.fused and s.speedup is not None]
-    return ([_PAIR_NOTE] if any(s.timed == "swiglu pair" for s in timed) else []) + (
-        [_FUSED_NOTE] if any(s.timed != "swiglu pair" for s in timed) else [])
+    pairs = [s for s in timed if s.fused == "swiglu"]
+    return ([_PAIR_NOTE] if any(s.timed == "swiglu pair" for s in pairs) else []) + (
+        [_FUSED_NOTE] if any(s.timed != "swiglu pair" for s in pairs) else []) + (
+        [_ACTIVATION_NOTE] if len(pairs) < len(timed) else [])
 
 
 def _model_timing(t: dict) -> str:
@@ -280,9 +288,12 @@ def _profile(p: dict) -> str:
 def _routed(s: SiteResult) -> str:
     """"yes", "no", "yes, competes": routed, then timed against aten by Inductor's
     autotuner, which keeps the faster (the per-site times below say which that is), or
-    "yes, SwiGLU": fused with the other matmul of a SwiGLU product (swiglu_pattern.swiglu_pairs)."""
+    "yes, SwiGLU": fused with the other matmul of a SwiGLU product (swiglu_pattern.swiglu_pairs),
+    or "yes, fused with gelu": with the activation its result feeds (activation_pattern.py)."""
     if not s.routed:
         return "no"
+    if s.fused and s.fused != "swiglu":
+        return f"yes, fused with {s.fused}"
     if s.fused == "swiglu":
         star = "*" if s.timed == "kernel" else ""
         return "yes, SwiGLU" + star + (", competes" if s.compete else "")
