@@ -60,17 +60,13 @@ def apply_activation(x, ACTIVATION: tl.constexpr):
 @triton.jit
 def _stock_activation_kernel(z_ptr, out_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr):
     """``out = ACTIVATION(z)`` as Inductor generates it after a matmul: one pointwise pass in
-    fp32, GELU through libdevice's erf, rounded once to ``out``'s dtype."""
+    fp32, GELU through libdevice's erf (the rest as the fused epilogue computes them: one exp
+    each, as Inductor's decompositions), rounded once to ``out``'s dtype."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     z = tl.load(z_ptr + offs, mask=mask).to(tl.float32)
-    if ACTIVATION == "relu":
-        z = tl.maximum(z, 0.0)
-    elif ACTIVATION == "gelu":
+    if ACTIVATION == "gelu":
         z = 0.5 * z * (1 + tl.math.erf(z * 0.7071067811865476))
-    elif ACTIVATION == "gelu_tanh":
-        t = 0.7978845608028654 * (z + 0.044715 * z * z * z)
-        z = 0.5 * z * (1 + (2 * tl.sigmoid(2 * t) - 1))
-    elif ACTIVATION == "silu":
-        z = z * tl.sigmoid(z)
+    else:
+        z = apply_activation(z, ACTIVATION)
     tl.store(out_ptr + offs, z.to(out_ptr.dtype.element_ty), mask=mask)
