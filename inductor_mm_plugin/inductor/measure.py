@@ -70,6 +70,17 @@ _HOST_REPS = 32
 SWIGLU_LOSES_UP_TO_M = 512
 # A Linear + activation site's op in measurements and their cache keys: this, then the activation's name.
 ACTIVATION_OP = "mm_activation:"
+
+
+def _activation_of(op: str) -> str:
+    """The activation of a Linear + activation site's op, else ""."""
+    return op.removeprefix(ACTIVATION_OP) if op.startswith(ACTIVATION_OP) else ""
+
+
+def _bias_first(op: str, args: list) -> tuple:
+    """(bias or None, a, b) of a site's operands: addmm's, and a fused Linear's with a bias, lead with it."""
+    return (args[0], *args[1:]) if op == "addmm" or (_activation_of(op) and len(args) == 3) else (None, *args)
+
 log = logging.getLogger(__name__)
 
 
@@ -168,7 +179,7 @@ def measure(op: str, operands: list[tuple[tuple, tuple, int]], dtype: torch.dtyp
         out_shape = _out_shape(op, operands)
         # Stock's SwiGLU writes both matmul results, then the product; a Linear + activation, its
         # result, then the activation's.
-        outs = 3 if op == "swiglu" else 2 if op.startswith(ACTIVATION_OP) else 1
+        outs = 3 if op == "swiglu" else 2 if _activation_of(op) else 1
         one_set = (sum(benchmarking.extent(*layout) for layout in operands) + outs * math.prod(out_shape)) * dtype.itemsize
         plugin_calls, aten_calls = [], []
         for _ in range(benchmarking.copies(one_set, device)):
@@ -205,12 +216,12 @@ def _call(op: str, args: list, out, alpha, beta, plugin: bool):
     ``"mm_activation:<name>"`` (args: [bias,] a, b) ``mm_activation``'s kernel, or stock's form."""
     from ..runtime import addmm_launch, bmm_launch, mm_launch
 
-    if op.startswith(ACTIVATION_OP):
+    name = _activation_of(op)
+    if name:
         from ..ops.activation import mm_activation_launch_checked
         from ..runtime.activation import stock_mm_activation
 
-        name = op.removeprefix(ACTIVATION_OP)
-        (a, b), bias = args[-2:], (args[0] if len(args) == 3 else None)
+        bias, a, b = _bias_first(op, args)
         if plugin:
             return lambda: mm_activation_launch_checked(a, b, bias, name, out=out)
         z = torch.empty_like(out)
@@ -408,9 +419,9 @@ def _compile_args(todo: dict) -> tuple[list[tuple], list[tuple]]:
         if op == "swiglu":
             swiglu_calls.append((*args, out))
             continue
-        bias, (a, b) = (args[0], args[1:]) if op == "addmm" or len(args) == 3 else (None, args)
-        activation = (op.removeprefix(ACTIVATION_OP),) if op.startswith(ACTIVATION_OP) else ()
-        calls.append((a, b, out, bias, beta, alpha, *activation))
+        bias, a, b = _bias_first(op, args)
+        activation = _activation_of(op)
+        calls.append((a, b, out, bias, beta, alpha, *((activation,) if activation else ())))
     return calls, swiglu_calls
 
 
