@@ -37,7 +37,7 @@ FORGOTTEN = {
 
 # Each holder reset() keeps, and why.
 KEPT = {
-    "inductor.activation_pattern._GRAPHS": "each activation's pattern, traced from fixed aten calls: nothing learned",
+    "inductor.activation_pattern._pattern_graph": "each activation's pattern, traced from fixed aten calls: nothing learned",
     "runtime.launch._AUTOTUNE": "a setting the user made (set_autotune), not something learned",
     "runtime.split_k._kept": "split-K counters that captured CUDA graphs still use",
     "opt_in._instance_classes": "the marked subclass of each class and marker, which marked instances share",

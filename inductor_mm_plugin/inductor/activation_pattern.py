@@ -16,6 +16,7 @@ the activation: the fused kernel writes only the activation's result.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -47,13 +48,11 @@ def _silu(x):
 # name (as ops/activation.py takes it) -> its decomposed form. fp16/bf16 results are converted
 # to fp32 first and back after, except ReLU's, which runs in the result's dtype.
 PATTERNS = {"relu": _relu, "gelu": _gelu, "gelu_tanh": _gelu_tanh, "silu": _silu}
-_GRAPHS = {}
 
 
+@functools.cache
 def _pattern_graph(name: str) -> torch.fx.Graph:
-    if name not in _GRAPHS:
-        _GRAPHS[name] = torch.fx.symbolic_trace(PATTERNS[name]).graph
-    return _GRAPHS[name]
+    return torch.fx.symbolic_trace(PATTERNS[name]).graph
 
 
 @dataclasses.dataclass

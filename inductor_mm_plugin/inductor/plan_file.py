@@ -18,11 +18,12 @@ import dataclasses
 import json
 import os
 
+from ..ops.activation import ACTIVATIONS
 from .selection import not_routed
 
 FORMAT = "inductor_mm_plugin routing plan"
 FORMAT_VERSION = 2  # 2: a site may be marked "fused": "swiglu" (or an activation, below)
-FUSED = ("swiglu", "relu", "gelu", "gelu_tanh", "silu")  # the pair; ops/activation.py's activations
+FUSED = ("swiglu", *ACTIVATIONS)  # the pair; the activations a Linear fuses with
 
 
 class PlanError(ValueError):

@@ -163,7 +163,7 @@ class _MmActivationFunction(torch.autograd.Function):
 
 
 def _mm_activation_autograd(a, b, bias, activation):
-    if needs_grad(a, b) or (bias is not None and needs_grad(bias)):
+    if needs_grad(*_operands(a, b, bias)):
         check_mm_activation_args(OP, a, b, bias, activation)
         reason = kernel_unsupported_reason(*_operands(a, b, bias))
         if reason is not None:  # torch's ops record the gradients: exact in float64, right for complex

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from .activation import ACTIVATIONS
+
 # Unit roundoff (half an ulp at 1.0) of each dtype.
 UNIT_ROUNDOFF = {
     torch.float64: 2.0**-53,
@@ -125,8 +127,6 @@ _ACTIVATION_RELATIVE, _ACTIVATION_ABSOLUTE = 4e-6, 1e-7
 
 def mm_activation_reference(a, b, bias, activation: str) -> torch.Tensor:
     """``activation(a @ b + bias)`` in float64."""
-    from .activation import ACTIVATIONS
-
     return ACTIVATIONS[activation](matmul_reference(a, b, bias))
 
 
