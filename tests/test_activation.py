@@ -89,6 +89,17 @@ def test_op_falls_back_to_torch_with_a_warning_where_the_kernel_cannot_run():
         mm_activation(ints, ints, None, "gelu")
 
 
+def test_sparse_operands_run_torchs_composition_with_a_warning():
+    a, b, bias = randn(5, 7, dtype=torch.float32).to_sparse(), randn(7, 3, dtype=torch.float32), \
+        randn(3, dtype=torch.float32)  # fmt: skip
+    with pytest.warns(KernelFallbackWarning, match=r"mm_activation: .*sparse"):
+        out = mm_activation(a, b, bias, "gelu")
+    assert out.layout == torch.strided and out.is_contiguous()
+    torch.testing.assert_close(out, F.gelu(torch.addmm(bias, a.to_dense(), b)), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match=r"mm_activation: a and b shapes cannot be multiplied"):
+        mm_activation(a, b.t(), None, "gelu")
+
+
 def test_fake_tensors_give_the_result_shape_and_dtype():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
