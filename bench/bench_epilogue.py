@@ -35,6 +35,8 @@ from _timing import (
     rounds, run_meta, sm_clock, spread,
 )  # fmt: skip
 
+from inductor_mm_plugin.kernels.activation import GELU_Q  # the fused kernel's erfc polynomial
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 
 DT = torch.bfloat16
@@ -129,12 +131,6 @@ def time_arms(name, x, arms: dict[str, tuple], n_rounds=3, max_err=3e-2):
 # (``torch._addmm_activation``, tanh GELU), the bar the issue sets. A GELU block also runs
 # fused with its GELU written as ``gelu_one_exp``.
 FORCED = dict(select="all", compete=False)
-
-# Q(a) = log(erfcx(a)) on [0, 4], degree 10 in a - 2, lowest power first: kernels/activation.py's
-# ``_gelu_erf`` (its docstring says how it was fitted).
-GELU_Q = (-1.36494124, -0.418159962, 0.0762483999, -0.0164693296, 0.00357270753, -0.000726536207, 0.00013342085,
-          -2.40024874e-05, 2.7987569e-06, 9.89686214e-07, -3.51833222e-07)  # fmt: skip
-
 
 def gelu_one_exp(x: torch.Tensor) -> torch.Tensor:
     """The exact (erf) GELU in torch ops with one exp: x (1 - erfc(u) / 2) for u = x / sqrt(2) >= 0,

@@ -162,6 +162,27 @@ def test_the_fused_gelu_is_the_exact_gelu_to_float32_accuracy():
     torch.testing.assert_close(stock.double(), ref, rtol=1e-5, atol=1e-6)
 
 
+def test_the_fused_gelus_coefficients_are_gelu_q():
+    """``_gelu_erf`` writes its Horner chain as literals; ``GELU_Q`` (which the benchmark's
+    torch-op GELU uses) must be the same polynomial: the chain's lines, run as Python on a few
+    points, give what GELU_Q gives there."""
+    import inspect
+
+    from inductor_mm_plugin.kernels.activation import GELU_Q, _gelu_erf
+
+    source = inspect.getsource(_gelu_erf.fn)  # a JITFunction, or the interpreter's wrapper
+    lines = [line.strip() for line in source.splitlines() if line.strip().startswith("q = ")]
+    assert len(lines) == len(GELU_Q) - 1
+    for point in (-2.0, -0.7, 0.0, 0.3, 1.9):
+        scope = {"s": point}
+        for line in lines:
+            exec(line, {}, scope)
+        want = 0.0
+        for c in reversed(GELU_Q):
+            want = want * point + c
+        assert scope["q"] == pytest.approx(want, rel=1e-12, abs=1e-15), point
+
+
 @pytest.mark.parametrize("activation", NAMES)
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_both_timed_arms_compute_the_activation(activation, with_bias):

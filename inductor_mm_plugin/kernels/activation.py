@@ -17,6 +17,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# Q(a) = log(erfcx(a)) on [0, 4] as a polynomial in a - 2, lowest power first: ``_gelu_erf``'s
+# Horner chain, written there as literals (a jit function reads no Python tuple); a test holds
+# the two to one another. bench/bench_epilogue.py's torch-op GELU takes them from here.
+GELU_Q = (-1.36494124, -0.418159962, 0.0762483999, -0.0164693296, 0.00357270753, -0.000726536207, 0.00013342085,
+          -2.40024874e-05, 2.7987569e-06, 9.89686214e-07, -3.51833222e-07)  # fmt: skip
+
 
 @triton.jit
 def _gelu_erf(x):

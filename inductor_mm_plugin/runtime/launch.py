@@ -287,8 +287,9 @@ def addmm_launch(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta=1, a
 def mm_activation_launch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, activation: str,
                          out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """``activation(a @ b + bias)`` for operands ``ops/activation.py`` has checked and the kernel
-    takes (``kernel_unsupported_reason`` None)."""
-    return _matmul("mm_activation", a, b, out, bias, 1, 1, activation)
+    takes (``kernel_unsupported_reason`` None): no checks and no fallback here."""
+    key, res = _fast_path("mm_activation", a, b, out, bias, 1, 1, activation)
+    return res if res is not None else _run(key, a, b, out, bias, 1, 1, activation)
 
 
 def _signature(a, b, out, extra) -> tuple:
@@ -301,24 +302,12 @@ def _signature(a, b, out, extra) -> tuple:
     )  # fmt: skip
 
 
-def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1, activation="") -> torch.Tensor:
-    key = None
-    if a.is_cuda:
-        extra = op if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device, bias.data_ptr() % 16,
-                                         beta == 0, alpha == 1)  # fmt: skip
-        extra = (extra, activation) if activation else extra
-        key = _signature(a, b, out, extra)
-        plan = _FAST_PLANS.get(key)
-        if plan is not None:
-            res = a.new_empty((*a.shape[:-1], b.shape[-1])) if out is None else out
-            # The plan of a batch of one was made on 2-D views (see launch).
-            views = (a[0], b[0], res[0]) if a.dim() == 3 and a.shape[0] == 1 else (a, b, res)
-            if _launch_direct(plan, *views, bias if beta != 0 else None, alpha, beta):
-                return res
+def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1) -> torch.Tensor:
+    key, res = _fast_path(op, a, b, out, bias, beta, alpha, "")
+    if res is not None:
+        return res
     name = f"inductor_mm_plugin.{op}"
-    if op == "mm_activation":
-        reason = None  # its op checked the arguments and runs torch's ops where the kernel cannot
-    elif bias is None:
+    if bias is None:
         _CHECKS[op](name, a, b)
         reason = kernel_unsupported_reason(a, b)
     else:
@@ -329,6 +318,30 @@ def _matmul(op: str, a, b, out, bias=None, beta=1, alpha=1, activation="") -> to
         if bias is None:
             return _ATEN[op](a, b).contiguous()
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha).contiguous()
+    return _run(key, a, b, out, bias, beta, alpha, "")
+
+
+def _fast_path(op, a, b, out, bias, beta, alpha, activation):
+    """The call's plan key (None off CUDA) and its result where a plan made for the same
+    signature launched it directly, else None."""
+    if not a.is_cuda:
+        return None, None
+    extra = op if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device, bias.data_ptr() % 16,
+                                     beta == 0, alpha == 1)  # fmt: skip
+    extra = (extra, activation) if activation else extra
+    key = _signature(a, b, out, extra)
+    plan = _FAST_PLANS.get(key)
+    if plan is not None:
+        res = a.new_empty((*a.shape[:-1], b.shape[-1])) if out is None else out
+        # The plan of a batch of one was made on 2-D views (see launch).
+        views = (a[0], b[0], res[0]) if a.dim() == 3 and a.shape[0] == 1 else (a, b, res)
+        if _launch_direct(plan, *views, bias if beta != 0 else None, alpha, beta):
+            return key, res
+    return key, None
+
+
+def _run(key, a, b, out, bias, beta, alpha, activation) -> torch.Tensor:
+    """Launch the kernel for checked operands, and keep its plan for the next call's fast path."""
     res = a.new_empty((*a.shape[:-1], b.shape[-1])) if out is None else out
     if res.numel():
         expanded = None if bias is None else bias.expand(res.shape)
